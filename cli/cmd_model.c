@@ -1,0 +1,159 @@
+/* cmd_model.c - `sotto info` (model description as JSON) and `sotto encode`
+ * (encoder output of a file's first window, for comparisons with other
+ * implementations). */
+#include "audio.h"
+#include "commands.h"
+#include "threads.h"
+#include "whisper.h"
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parses "--model DIR" and "--threads N" from argv; positional arguments
+ * are collected into pos[]. Returns the count of positionals or -1. */
+static int common_args(int argc, char **argv, const char **model, const char **pos, int max_pos) {
+    int n = 0;
+    *model = sotto_cli_default_model();
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            *model = argv[++i];
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            sotto_threads_set(atoi(argv[++i]));
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "sotto %s: unknown option '%s'\n", argv[0], argv[i]);
+            return -1;
+        } else if (n < max_pos) {
+            pos[n++] = argv[i];
+        } else {
+            fprintf(stderr, "sotto %s: too many arguments\n", argv[0]);
+            return -1;
+        }
+    }
+    return n;
+}
+
+int sotto_cmd_info(int argc, char **argv) {
+    const char *model_dir, *pos[1];
+    if (common_args(argc, argv, &model_dir, pos, 0) != 0) {
+        fprintf(stderr, "usage: sotto info [--model DIR]\n");
+        return 2;
+    }
+    sotto_err err;
+    sotto_err_clear(&err);
+    sotto_model_params mp = sotto_model_default_params();
+    sotto_model *m = sotto_model_load(model_dir, &mp, &err);
+    if (!m) {
+        fprintf(stderr, "sotto info: %s\n", err.msg);
+        return 1;
+    }
+    const sotto_hparams *hp = sotto_model_hparams(m);
+    const sotto_special_tokens *sp = sotto_model_special(m);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "dir", sotto_model_dir(m));
+    cJSON_AddStringToObject(o, "format", sotto_model_format_name(m));
+    cJSON_AddBoolToObject(o, "multilingual", sotto_model_is_multilingual(m));
+    cJSON_AddNumberToObject(o, "weight_bytes", (double)sotto_model_weight_bytes(m));
+    cJSON *h = cJSON_AddObjectToObject(o, "hparams");
+    const struct {
+        const char *k;
+        int32_t v;
+    } hv[] = {{"n_mels", hp->n_mels},           {"n_audio_ctx", hp->n_audio_ctx},
+              {"n_audio_state", hp->n_audio_state}, {"n_audio_head", hp->n_audio_head},
+              {"n_audio_layer", hp->n_audio_layer}, {"n_audio_ff", hp->n_audio_ff},
+              {"n_text_ctx", hp->n_text_ctx},       {"n_text_state", hp->n_text_state},
+              {"n_text_head", hp->n_text_head},     {"n_text_layer", hp->n_text_layer},
+              {"n_text_ff", hp->n_text_ff},         {"n_vocab", hp->n_vocab}};
+    for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++) cJSON_AddNumberToObject(h, hv[i].k, hv[i].v);
+    cJSON *s = cJSON_AddObjectToObject(o, "special");
+    const struct {
+        const char *k;
+        int32_t v;
+    } sv[] = {{"eot", sp->eot},
+              {"sot", sp->sot},
+              {"sot_prev", sp->sot_prev},
+              {"sot_lm", sp->sot_lm},
+              {"no_speech", sp->no_speech},
+              {"no_timestamps", sp->no_timestamps},
+              {"transcribe", sp->transcribe},
+              {"translate", sp->translate},
+              {"timestamp_begin", sp->timestamp_begin},
+              {"timestamp_end", sp->timestamp_end},
+              {"lang_begin", sp->lang_begin},
+              {"n_langs", sp->n_langs}};
+    for (size_t i = 0; i < sizeof sv / sizeof sv[0]; i++) cJSON_AddNumberToObject(s, sv[i].k, sv[i].v);
+    char *str = cJSON_Print(o);
+    if (str) printf("%s\n", str);
+    free(str);
+    cJSON_Delete(o);
+    sotto_model_free(m);
+    return 0;
+}
+
+int sotto_cmd_encode(int argc, char **argv) {
+    const char *model_dir, *pos[2];
+    if (common_args(argc, argv, &model_dir, pos, 2) != 2) {
+        fprintf(stderr,
+                "usage: sotto encode [--model DIR] [--threads N] FILE.wav OUT.f32\n"
+                "Writes int32 n_ctx, int32 width, then float32 [n_ctx][width]: the encoder\n"
+                "output of the first 30 s window (features as faster-whisper computes them).\n");
+        return 2;
+    }
+    sotto_err err;
+    sotto_err_clear(&err);
+    sotto_model_params mp = sotto_model_default_params();
+    sotto_model *m = sotto_model_load(model_dir, &mp, &err);
+    if (!m) {
+        fprintf(stderr, "sotto encode: %s\n", err.msg);
+        return 1;
+    }
+    int status = 1;
+    sotto_audio audio = {0};
+    float *mel = NULL, *win = NULL;
+    sotto_workspace *ws = NULL;
+    sotto_state *st = NULL;
+    FILE *f = NULL;
+    const sotto_hparams *hp = sotto_model_hparams(m);
+    size_t n_frames;
+    if (sotto_audio_load_16k(pos[0], &audio, &err) ||
+        sotto_mel_compute(sotto_model_mel(m), audio.samples, audio.n, SOTTO_HOP, 0, &mel,
+                          &n_frames, &err)) {
+        fprintf(stderr, "sotto encode: %s\n", err.msg);
+        goto done;
+    }
+    win = calloc((size_t)hp->n_mels * SOTTO_N_FRAMES, sizeof(float));
+    ws = sotto_workspace_create();
+    st = sotto_state_create(m, 1, &err);
+    if (!win || !ws || !st) {
+        fprintf(stderr, "sotto encode: out of memory\n");
+        goto done;
+    }
+    /* faster-whisper: features[:, :content_frames] padded with zeros */
+    size_t take = n_frames - 1 < SOTTO_N_FRAMES ? n_frames - 1 : SOTTO_N_FRAMES;
+    for (int c = 0; c < hp->n_mels; c++)
+        memcpy(win + (size_t)c * SOTTO_N_FRAMES, mel + (size_t)c * n_frames, sizeof(float) * take);
+    if (sotto_encode(m, ws, st, win, &err)) {
+        fprintf(stderr, "sotto encode: %s\n", err.msg);
+        goto done;
+    }
+    f = fopen(pos[1], "wb");
+    int32_t dims[2] = {hp->n_audio_ctx, hp->n_audio_state};
+    size_t n = (size_t)dims[0] * dims[1];
+    if (!f || fwrite(dims, sizeof dims, 1, f) != 1 ||
+        fwrite(sotto_state_encoder_output(st), sizeof(float), n, f) != n) {
+        fprintf(stderr, "sotto encode: cannot write %s\n", pos[1]);
+        goto done;
+    }
+    status = 0;
+done:
+    if (f && fclose(f) != 0) status = 1;
+    sotto_audio_free(&audio);
+    free(mel);
+    free(win);
+    sotto_state_free(st);
+    sotto_workspace_free(ws);
+    sotto_model_free(m);
+    return status;
+}

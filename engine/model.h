@@ -1,0 +1,142 @@
+/* model.h - internal layout of a loaded Whisper model and the interface
+ * between checkpoint readers (load_ct2.c, load_hf.c) and the model builder
+ * (model.c). Not a public header: the engine's users see whisper.h.
+ *
+ * Loading runs in two passes over a checkpoint:
+ *   1. the reader fills sotto_hparams from the file's metadata (shapes,
+ *      config.json) and calls sotto_model_alloc_slots();
+ *   2. it hands every tensor, one at a time, to sotto_model_put() under its
+ *      canonical name ("enc.3.q.w"); the builder checks the shape, converts
+ *      the data to the model's storage format and stores it.
+ * sotto_model_check_complete() then names any tensor that never arrived.
+ */
+#ifndef SOTTO_MODEL_H
+#define SOTTO_MODEL_H
+
+#include "mapfile.h"
+#include "whisper.h"
+
+typedef struct sotto_ln {
+    const float *g, *b;
+} sotto_ln;
+
+typedef struct sotto_lin {
+    sotto_wmat w;
+    const float *b; /* may be NULL */
+} sotto_lin;
+
+typedef struct sotto_enc_layer {
+    sotto_ln attn_ln;
+    sotto_lin q, k, v, o;
+    sotto_ln mlp_ln;
+    sotto_lin fc1, fc2;
+} sotto_enc_layer;
+
+typedef struct sotto_dec_layer {
+    sotto_ln attn_ln;
+    sotto_lin q, k, v, o;
+    sotto_ln cross_ln;
+    sotto_lin cq, ck, cv, co;
+    sotto_ln mlp_ln;
+    sotto_lin fc1, fc2;
+} sotto_dec_layer;
+
+/* Which part of the model a tensor belongs to (memory accounting). */
+typedef enum sotto_part {
+    SOTTO_PART_ENCODER = 0,
+    SOTTO_PART_DECODER,
+    SOTTO_PART_EMBED,
+    SOTTO_PART_COUNT
+} sotto_part;
+
+/* Element types a checkpoint may hold. */
+typedef enum sotto_dtype {
+    SOTTO_DT_F32 = 0,
+    SOTTO_DT_F16,
+    SOTTO_DT_BF16,
+    SOTTO_DT_I8,
+    SOTTO_DT_I16,
+    SOTTO_DT_I32,
+    SOTTO_DT_U8,
+    SOTTO_DT_OTHER
+} sotto_dtype;
+
+size_t sotto_dtype_size(sotto_dtype dt);
+const char *sotto_dtype_name(sotto_dtype dt);
+
+/* One tensor as it sits in a checkpoint: a 2-D view [rows][cols] (vectors
+ * have rows == 1) of row-major data. `row_scale`, if not NULL, holds one
+ * float per row by which integer data is divided (CTranslate2 int8). */
+typedef struct sotto_src_tensor {
+    const char *file;  /* for error messages */
+    const char *name;  /* the checkpoint's own name */
+    sotto_dtype dtype;
+    int64_t rows, cols;
+    const void *data;
+    const float *row_scale;
+} sotto_src_tensor;
+
+typedef struct sotto_slot {
+    char name[48];
+    int64_t rows, cols; /* expected; rows == 1 for vectors */
+    int is_matrix;      /* stored as sotto_wmat (linear weight) vs plain float */
+    int required;
+    int filled;
+    sotto_part part;
+    const float **vec;  /* destination for plain float tensors */
+    sotto_wmat *mat;    /* destination for linear weights */
+} sotto_slot;
+
+struct sotto_model {
+    char *dir;
+    const char *format_name;
+    sotto_hparams hp;
+    sotto_special_tokens sp;
+    sotto_model_params params;
+    sotto_tokenizer *tok;
+    sotto_mel *mel;
+    int multilingual;
+
+    /* encoder */
+    const float *conv1_w, *conv1_b, *conv2_w, *conv2_b, *enc_pos;
+    sotto_enc_layer *enc;
+    sotto_ln enc_ln;
+    /* decoder */
+    const float *tok_emb, *dec_pos;
+    sotto_wmat proj; /* logits projection, tied to tok_emb */
+    sotto_dec_layer *dec;
+    sotto_ln dec_ln;
+
+    int32_t *default_suppress;
+    int n_default_suppress;
+
+    sotto_slot *slots;
+    int n_slots;
+    void **owned; /* buffers this model allocated */
+    int n_owned, cap_owned;
+    size_t part_bytes[SOTTO_PART_COUNT];
+    sotto_mapfile map; /* checkpoint mapping kept alive when borrowed from */
+    int borrows_map;
+};
+
+/* Creates the slot table for m->hp (after the reader filled it). */
+int sotto_model_alloc_slots(sotto_model *m, sotto_err *err);
+
+/* Stores tensor `src` (or rows [row0, row0 + rows) of it when rows > 0, to
+ * split fused Q/K/V) as canonical tensor `name`. Data that can be used in
+ * place (f32, 4-byte aligned, in a mapping the model keeps) is borrowed. */
+int sotto_model_put(sotto_model *m, const char *name, const sotto_src_tensor *src, int64_t row0,
+                    int64_t rows, sotto_err *err);
+
+/* Stores a zero vector of the slot's size (absent biases). */
+int sotto_model_put_zeros(sotto_model *m, const char *name, sotto_err *err);
+
+/* SOTTO_E_NOTFOUND naming the first required tensor that was never put. */
+int sotto_model_check_complete(const sotto_model *m, const char *file, sotto_err *err);
+
+/* Checkpoint readers. They fill m->hp, call sotto_model_alloc_slots() and
+ * put every tensor. The model directory's config.json is theirs to read. */
+int sotto_load_ct2(sotto_model *m, const char *dir, sotto_err *err);
+int sotto_load_hf(sotto_model *m, const char *dir, sotto_err *err);
+
+#endif

@@ -1,0 +1,125 @@
+/* state.c - per-stream state and per-thread workspace management. */
+#include "state.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+sotto_workspace *sotto_workspace_create(void) { return calloc(1, sizeof(sotto_workspace)); }
+
+void sotto_workspace_free(sotto_workspace *ws) {
+    if (!ws) return;
+    for (int i = 0; i < WS_COUNT; i++) free(ws->buf[i]);
+    free(ws);
+}
+
+float *sotto_ws_get(sotto_workspace *ws, int which, size_t n) {
+    if (n <= ws->cap[which]) return ws->buf[which];
+    size_t cap = n + n / 4 + 64;
+    size_t bytes = (cap * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes);
+    if (!p) return NULL;
+    free(ws->buf[which]);
+    ws->buf[which] = p;
+    ws->cap[which] = cap;
+    return p;
+}
+
+static float *alloc_floats(size_t n) {
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+sotto_state *sotto_state_create(const sotto_model *m, int max_seqs, sotto_err *err) {
+    if (max_seqs < 1 || max_seqs > 64) {
+        sotto_err_set(err, SOTTO_E_INVALID, "max_seqs %d out of range 1..64", max_seqs);
+        return NULL;
+    }
+    sotto_state *st = calloc(1, sizeof *st);
+    if (!st) goto oom;
+    const sotto_hparams *hp = &m->hp;
+    st->m = m;
+    st->max_seqs = max_seqs;
+    size_t cross = (size_t)hp->n_text_layer * hp->n_audio_ctx * hp->n_text_state;
+    size_t self = (size_t)hp->n_text_layer * max_seqs * hp->n_text_ctx * hp->n_text_state;
+    st->enc_out = alloc_floats((size_t)hp->n_audio_ctx * hp->n_audio_state);
+    st->cross_k = alloc_floats(cross);
+    st->cross_v = alloc_floats(cross);
+    st->self_k = alloc_floats(self);
+    st->self_v = alloc_floats(self);
+    st->seq_len = calloc((size_t)max_seqs, sizeof(int));
+    if (!st->enc_out || !st->cross_k || !st->cross_v || !st->self_k || !st->self_v ||
+        !st->seq_len)
+        goto oom;
+    return st;
+oom:
+    sotto_state_free(st);
+    sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for a decoder state");
+    return NULL;
+}
+
+void sotto_state_free(sotto_state *st) {
+    if (!st) return;
+    free(st->enc_out);
+    free(st->cross_k);
+    free(st->cross_v);
+    free(st->self_k);
+    free(st->self_v);
+    free(st->seq_len);
+    free(st);
+}
+
+int sotto_state_max_seqs(const sotto_state *st) { return st->max_seqs; }
+
+const float *sotto_state_encoder_output(const sotto_state *st) { return st->enc_out; }
+
+int sotto_state_seq_len(const sotto_state *st, int seq) {
+    return seq >= 0 && seq < st->max_seqs ? st->seq_len[seq] : -1;
+}
+
+int sotto_state_seq_truncate(sotto_state *st, int seq, int len) {
+    if (seq < 0 || seq >= st->max_seqs || len < 0 || len > st->seq_len[seq])
+        return SOTTO_E_INVALID;
+    st->seq_len[seq] = len;
+    return SOTTO_OK;
+}
+
+int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int n) {
+    const sotto_hparams *hp = &st->m->hp;
+    int ms = st->max_seqs;
+    if (n < 0 || n > ms) return SOTTO_E_INVALID;
+    for (int i = 0; i < n; i++)
+        if (dst[i] < 0 || dst[i] >= ms || src[i] < 0 || src[i] >= ms) return SOTTO_E_INVALID;
+    /* Sources that are also overwritten are first parked in spare slots:
+     * the simplest correct scheme is to copy every needed source once into
+     * a temporary buffer. Lengths are small (<= n_text_ctx rows). */
+    size_t row = (size_t)hp->n_text_state;
+    int lens[64];
+    for (int i = 0; i < n; i++) lens[i] = st->seq_len[src[i]];
+    size_t max_rows = 0;
+    for (int i = 0; i < n; i++)
+        if ((size_t)lens[i] > max_rows) max_rows = (size_t)lens[i];
+    size_t per = max_rows * row;
+    float *tmp = per ? malloc(sizeof(float) * per * (size_t)n * 2) : NULL;
+    if (per && !tmp) return SOTTO_E_NOMEM;
+    for (int l = 0; l < hp->n_text_layer; l++) {
+        for (int i = 0; i < n; i++) {
+            if (dst[i] == src[i] || lens[i] == 0) continue;
+            memcpy(tmp + (size_t)(2 * i) * per, sotto_state_self(st, st->self_k, l, src[i]),
+                   sizeof(float) * (size_t)lens[i] * row);
+            memcpy(tmp + (size_t)(2 * i + 1) * per, sotto_state_self(st, st->self_v, l, src[i]),
+                   sizeof(float) * (size_t)lens[i] * row);
+        }
+        for (int i = 0; i < n; i++) {
+            if (dst[i] == src[i] || lens[i] == 0) continue;
+            memcpy(sotto_state_self(st, st->self_k, l, dst[i]), tmp + (size_t)(2 * i) * per,
+                   sizeof(float) * (size_t)lens[i] * row);
+            memcpy(sotto_state_self(st, st->self_v, l, dst[i]), tmp + (size_t)(2 * i + 1) * per,
+                   sizeof(float) * (size_t)lens[i] * row);
+        }
+    }
+    free(tmp);
+    for (int i = 0; i < n; i++) st->seq_len[dst[i]] = lens[i];
+    return SOTTO_OK;
+}

@@ -1,0 +1,40 @@
+/* state.h - internal layout of per-stream states and per-thread workspaces
+ * (shared by encoder.c and decoder.c). */
+#ifndef SOTTO_STATE_H
+#define SOTTO_STATE_H
+
+#include "model.h"
+
+struct sotto_state {
+    const sotto_model *m;
+    int max_seqs;
+    int encoded;
+    float *enc_out;          /* [n_audio_ctx][d] */
+    float *cross_k, *cross_v; /* [n_text_layer][n_audio_ctx][d] */
+    float *self_k, *self_v;   /* [n_text_layer][max_seqs][n_text_ctx][d] */
+    int *seq_len;             /* [max_seqs] */
+};
+
+/* Named scratch buffers of a workspace. */
+enum {
+    WS_X, WS_H, WS_Q, WS_K, WS_V, WS_ATT, WS_FF, WS_COLS, WS_SCRATCH, WS_LOGIT_ROWS, WS_TMP,
+    WS_GEN_LOGITS, /* owned by generate.c: step outputs */
+    WS_COUNT
+};
+
+struct sotto_workspace {
+    float *buf[WS_COUNT];
+    size_t cap[WS_COUNT];
+};
+
+/* Buffer `which` with room for at least n floats (grown as needed, 64-byte
+ * aligned, contents not preserved across growth). NULL when out of memory. */
+float *sotto_ws_get(sotto_workspace *ws, int which, size_t n);
+
+/* Self-attention K or V cache of (layer, seq): [n_text_ctx][d]. */
+static inline float *sotto_state_self(const sotto_state *st, float *base, int layer, int seq) {
+    const sotto_hparams *hp = &st->m->hp;
+    return base + (((size_t)layer * st->max_seqs + seq) * hp->n_text_ctx) * hp->n_text_state;
+}
+
+#endif

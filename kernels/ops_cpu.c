@@ -1,0 +1,142 @@
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* Rows below this width x count are not worth a parallel region. */
+#define PAR_MIN_WORK 32768
+
+void sotto_layer_norm(const float *x, float *y, int n, int d, const float *gamma,
+                      const float *beta, float eps) {
+#pragma omp parallel for schedule(static) if ((size_t)n * d >= PAR_MIN_WORK)
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * d;
+        float *yr = y + (size_t)r * d;
+        double sum = 0.0;
+        for (int i = 0; i < d; i++) sum += xr[i];
+        float mean = (float)(sum / d);
+        double var = 0.0;
+        for (int i = 0; i < d; i++) {
+            float c = xr[i] - mean;
+            var += (double)c * c;
+        }
+        float inv = 1.0f / sqrtf((float)(var / d) + eps);
+        for (int i = 0; i < d; i++) yr[i] = (xr[i] - mean) * inv * gamma[i] + beta[i];
+    }
+}
+
+void sotto_gelu(float *x, size_t n) {
+    const float k = 0.70710678118654752440f;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_WORK)
+    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * k));
+}
+
+static void softmax_row(float *x, int d) {
+    float m = -INFINITY;
+    for (int i = 0; i < d; i++) m = x[i] > m ? x[i] : m;
+    if (m == -INFINITY) { /* every entry masked: leave a uniform zero row */
+        memset(x, 0, sizeof(float) * (size_t)d);
+        return;
+    }
+    float s = 0.0f;
+    for (int i = 0; i < d; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    float inv = 1.0f / s;
+    for (int i = 0; i < d; i++) x[i] *= inv;
+}
+
+void sotto_softmax_rows(float *x, int n, int d) {
+#pragma omp parallel for schedule(static) if ((size_t)n * d >= PAR_MIN_WORK)
+    for (int r = 0; r < n; r++) softmax_row(x + (size_t)r * d, d);
+}
+
+float sotto_log_softmax(float *x, int d) {
+    float m = -INFINITY;
+    for (int i = 0; i < d; i++) m = x[i] > m ? x[i] : m;
+    if (m == -INFINITY) return m;
+    double s = 0.0;
+    for (int i = 0; i < d; i++) s += exp((double)(x[i] - m));
+    float lse = m + (float)log(s);
+    for (int i = 0; i < d; i++) x[i] -= lse;
+    return lse;
+}
+
+void sotto_add_bias_rows(float *x, const float *b, int n, int d) {
+    for (int r = 0; r < n; r++) {
+        float *xr = x + (size_t)r * d;
+        for (int i = 0; i < d; i++) xr[i] += b[i];
+    }
+}
+
+/* Query rows per work item of the attention. */
+#define ATT_QBLOCK 128
+
+size_t sotto_attention_scratch(int n_q, int n_kv) {
+    int qb = n_q < ATT_QBLOCK ? n_q : ATT_QBLOCK;
+    return (size_t)omp_get_max_threads() * (size_t)qb * (size_t)n_kv;
+}
+
+void sotto_attention(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
+                     float *out, int out_stride, int n_q, int n_kv, int n_head, int dh, float scale,
+                     int causal, int q_pos0, float *scratch) {
+    int qb = n_q < ATT_QBLOCK ? n_q : ATT_QBLOCK;
+    int n_blocks = (n_q + qb - 1) / qb;
+    int n_items = n_head * n_blocks;
+    size_t work = (size_t)n_q * n_kv * n_head * dh;
+#pragma omp parallel for schedule(dynamic, 1) if (n_items > 1 && work >= 4 * PAR_MIN_WORK)
+    for (int item = 0; item < n_items; item++) {
+        int h = item / n_blocks;
+        int q0 = (item % n_blocks) * qb;
+        int nq = n_q - q0 < qb ? n_q - q0 : qb;
+        /* keys visible to the last row of this block */
+        int nk = causal ? q_pos0 + q0 + nq : n_kv;
+        if (nk > n_kv) nk = n_kv;
+        float *S = scratch + (size_t)omp_get_thread_num() * (size_t)qb * (size_t)n_kv;
+        const float *qh = q + (size_t)q0 * q_stride + (size_t)h * dh;
+        const float *kh = k + (size_t)h * dh;
+        const float *vh = v + (size_t)h * dh;
+        float *oh = out + (size_t)q0 * out_stride + (size_t)h * dh;
+        /* S[nq][nk] = scale * Qh Kh^T */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, dh, scale, qh, q_stride, kh,
+                    kv_stride, 0.0f, S, nk);
+        for (int i = 0; i < nq; i++) {
+            float *row = S + (size_t)i * nk;
+            if (causal) {
+                int visible = q_pos0 + q0 + i + 1;
+                for (int j = visible; j < nk; j++) row[j] = -INFINITY;
+            }
+            softmax_row(row, nk);
+        }
+        /* Oh[nq][dh] = S Vh */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dh, nk, 1.0f, S, nk, vh,
+                    kv_stride, 0.0f, oh, out_stride);
+    }
+}
+
+void sotto_conv1d_k3(const float *x, int t_in, int c_in, const float *w, const float *b,
+                     int c_out, int stride, float *y, float *cols) {
+    int t_out = (t_in + 2 - 3) / stride + 1;
+    int kc = c_in * 3;
+    /* cols[t][c*3 + j] = x[t*stride - 1 + j][c] (zero outside), matching the
+     * [c_out][c_in][3] weight layout. */
+#pragma omp parallel for schedule(static) if ((size_t)t_out * kc >= PAR_MIN_WORK)
+    for (int t = 0; t < t_out; t++) {
+        float *cr = cols + (size_t)t * kc;
+        for (int j = 0; j < 3; j++) {
+            int ti = t * stride - 1 + j;
+            if (ti < 0 || ti >= t_in) {
+                for (int c = 0; c < c_in; c++) cr[c * 3 + j] = 0.0f;
+            } else {
+                const float *xr = x + (size_t)ti * c_in;
+                for (int c = 0; c < c_in; c++) cr[c * 3 + j] = xr[c];
+            }
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t_out, c_out, kc, 1.0f, cols, kc, w, kc,
+                0.0f, y, c_out);
+    if (b) sotto_add_bias_rows(y, b, t_out, c_out);
+}
