@@ -1,0 +1,94 @@
+"""Shared helpers for sotto's reference tests and benchmarks: the dev-set
+manifest, Whisper's English text normalizer, WER, and running the sotto CLI.
+"""
+import json
+import os
+import subprocess
+import sys
+import wave
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_MANIFEST = os.path.join(os.path.dirname(REPO), "shared", "audio", "manifest.tsv")
+
+
+def load_manifest(path, languages=None):
+    """Rows of manifest.tsv as dicts (id, file (absolute), seconds, language, text)."""
+    if not os.path.exists(path):
+        sys.exit(f"manifest not found: {path} (pass --manifest)")
+    base = os.path.dirname(os.path.abspath(path))
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        header = f.readline().rstrip("\n").split("\t")
+        for line in f:
+            if not line.strip():
+                continue
+            r = dict(zip(header, line.rstrip("\n").split("\t")))
+            r["file"] = os.path.join(base, r["file"])
+            r["seconds"] = float(r["seconds"])
+            if languages is None or r["language"] in languages:
+                rows.append(r)
+    return rows
+
+
+_normalizer = None
+
+
+def normalize(text):
+    """Whisper's English text normalizer (the whisper-normalizer package)."""
+    global _normalizer
+    if _normalizer is None:
+        from whisper_normalizer.english import EnglishTextNormalizer
+
+        _normalizer = EnglishTextNormalizer()
+    return " ".join(_normalizer(text).split())
+
+
+def edit_distance(ref, hyp):
+    """Word-level Levenshtein distance."""
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return prev[-1]
+
+
+def corpus_wer(refs, hyps):
+    """Corpus WER (errors / reference words) of normalized texts, in percent."""
+    errors = words = 0
+    for r, h in zip(refs, hyps):
+        rw, hw = normalize(r).split(), normalize(h).split()
+        errors += edit_distance(rw, hw)
+        words += len(rw)
+    return 100.0 * errors / max(words, 1)
+
+
+def read_wav_16k(path):
+    """The dev clips are 16 kHz mono s16; returns float32 in [-1, 1)."""
+    with wave.open(path) as w:
+        assert w.getframerate() == 16000 and w.getnchannels() == 1 and w.getsampwidth() == 2, path
+        data = w.readframes(w.getnframes())
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+
+
+def run_sotto(sotto, model, files, extra=(), threads=None, timeout=3600):
+    """Runs `sotto transcribe --format json` on files; returns {file: result dict}."""
+    cmd = [sotto, "transcribe", "--model", model, "--format", "json", "--no-progress"]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    cmd += list(extra) + list(files)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        sys.exit(f"sotto failed ({p.returncode}):\n{p.stderr[-4000:]}")
+    out = {}
+    for line in p.stdout.splitlines():
+        if line.strip():
+            r = json.loads(line)
+            out[r["file"]] = r
+    missing = [f for f in files if f not in out]
+    if missing:
+        sys.exit(f"sotto gave no result for {missing}")
+    return out
