@@ -1,5 +1,6 @@
 /* main.c - the `sotto` command-line tool: dispatches to subcommands. */
 #define _POSIX_C_SOURCE 200809L
+#include "blas_env.h"
 #include "commands.h"
 
 #include <limits.h>
@@ -22,7 +23,7 @@ static const struct {
 };
 
 const char *sotto_cli_default_model(void) {
-    static char buf[PATH_MAX];
+    static char buf[PATH_MAX + 32];
     const char *env = getenv("SOTTO_MODEL");
     if (env && *env) return env;
     char exe[PATH_MAX];
@@ -48,6 +49,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    sotto_blas_check_coretype(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -7,41 +7,32 @@
  *              x += fc2(GELU(fc1(LN(x))))
  *   logits = LN(x) emb^T
  */
+#include "fastmath.h"
 #include "ops.h"
+
+#include <cblas.h>
 #include "state.h"
 
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
-/* Attention of one query row over n_kv cached rows, all heads.
- * s: scratch of n_kv floats. */
-static void attend_row(const float *q, const float *K, const float *V, int stride, int n_kv,
-                       int n_head, int dh, float scale, float *out, float *s) {
-    for (int h = 0; h < n_head; h++) {
-        const float *qh = q + h * dh;
-        float m = -INFINITY;
-        for (int j = 0; j < n_kv; j++) {
-            const float *kj = K + (size_t)j * stride + h * dh;
-            float dot = 0.0f;
-            for (int c = 0; c < dh; c++) dot += qh[c] * kj[c];
-            s[j] = dot * scale;
-            m = s[j] > m ? s[j] : m;
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < n_kv; j++) {
-            s[j] = expf(s[j] - m);
-            sum += s[j];
-        }
-        float inv = 1.0f / sum;
-        float *oh = out + h * dh;
-        for (int c = 0; c < dh; c++) oh[c] = 0.0f;
-        for (int j = 0; j < n_kv; j++) {
-            const float *vj = V + (size_t)j * stride + h * dh;
-            float w = s[j] * inv;
-            for (int c = 0; c < dh; c++) oh[c] += w * vj[c];
-        }
+/* Attention of one query row over n_kv keys for one head (pointers already
+ * offset to the head's columns): two matrix-vector products (no packing,
+ * unlike sgemm with one row) and a softmax. s: scratch of n_kv floats. */
+static void attend_head(const float *q, const float *K, const float *V, int stride, int n_kv,
+                        int dh, float scale, float *out, float *s) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n_kv, dh, scale, K, stride, q, 1, 0.0f, s, 1);
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < n_kv; j++) m = s[j] > m ? s[j] : m;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n_kv; j++) {
+        s[j] = sotto_fast_expf(s[j] - m);
+        sum += s[j];
     }
+    cblas_sgemv(CblasRowMajor, CblasTrans, n_kv, dh, 1.0f / sum, V, stride, s, 1, 0.0f, out, 1);
 }
 
 typedef struct row_ref {
@@ -72,11 +63,12 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
     float *att = sotto_ws_get(ws, WS_ATT, (size_t)n * d);
     float *f = sotto_ws_get(ws, WS_FF, (size_t)n * ff);
     int nt = omp_get_max_threads();
-    size_t sc = prompt ? sotto_attention_scratch(n, T > C ? T : C) : (size_t)nt * (T > C ? T : C);
+    size_t sc = sotto_attention_scratch(n, T > C ? T : C);
+    if (sc < (size_t)nt * (T > C ? T : C)) sc = (size_t)nt * (T > C ? T : C);
     float *scratch = sotto_ws_get(ws, WS_SCRATCH, sc);
     if (!h || !q || !k || !v || !att || !f || !scratch)
         return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory in the decoder");
-    const int par = n * H > 1 && n * d >= 2048;
+    const int par = n >= 4; /* self-attention over short caches: parallel for several rows */
 
     for (int l = 0; l < hp->n_text_layer; l++) {
         const sotto_dec_layer *L = &m->dec[l];
@@ -99,12 +91,14 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
                             r->pos + n, H, dh, scale, 1, r->pos, scratch);
         } else {
 #pragma omp parallel for schedule(static) if (par)
-            for (int i = 0; i < n; i++) {
-                const row_ref *r = &rows[i];
+            for (int it = 0; it < n * H; it++) {
+                const row_ref *r = &rows[it / H];
+                int i = it / H, hd = (it % H) * dh;
                 float *s = scratch + (size_t)omp_get_thread_num() * (T > C ? T : C);
-                attend_row(q + (size_t)i * d, sotto_state_self(r->st, r->st->self_k, l, r->seq),
-                           sotto_state_self(r->st, r->st->self_v, l, r->seq), d, r->pos + 1, H, dh,
-                           scale, att + (size_t)i * d, s);
+                attend_head(q + (size_t)i * d + hd,
+                            sotto_state_self(r->st, r->st->self_k, l, r->seq) + hd,
+                            sotto_state_self(r->st, r->st->self_v, l, r->seq) + hd, d, r->pos + 1,
+                            dh, scale, att + (size_t)i * d + hd, s);
             }
         }
         sotto_linear_acc(&L->o.w, L->o.b, att, n, x);
@@ -118,12 +112,14 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
             sotto_attention(q, d, st->cross_k + l * per_layer, st->cross_v + l * per_layer, d, att,
                             d, n, T, H, dh, scale, 0, 0, scratch);
         } else {
-#pragma omp parallel for schedule(static) if (par)
-            for (int i = 0; i < n; i++) {
-                const sotto_state *st = rows[i].st;
+#pragma omp parallel for schedule(static) if (n * H > 1)
+            for (int it = 0; it < n * H; it++) {
+                const sotto_state *st = rows[it / H].st;
+                int i = it / H, hd = (it % H) * dh;
                 float *s = scratch + (size_t)omp_get_thread_num() * (T > C ? T : C);
-                attend_row(q + (size_t)i * d, st->cross_k + l * per_layer,
-                           st->cross_v + l * per_layer, d, T, H, dh, scale, att + (size_t)i * d, s);
+                attend_head(q + (size_t)i * d + hd, st->cross_k + l * per_layer + hd,
+                            st->cross_v + l * per_layer + hd, d, T, dh, scale,
+                            att + (size_t)i * d + hd, s);
             }
         }
         sotto_linear_acc(&L->co.w, L->co.b, att, n, x);

@@ -1,5 +1,7 @@
 #include "ops.h"
 
+#include "fastmath.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -29,23 +31,26 @@ void sotto_layer_norm(const float *x, float *y, int n, int d, const float *gamma
 
 void sotto_gelu(float *x, size_t n) {
     const float k = 0.70710678118654752440f;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_WORK)
-    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * k));
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN_WORK)
+    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + sotto_fast_erff(x[i] * k));
 }
 
 static void softmax_row(float *x, int d) {
     float m = -INFINITY;
+#pragma omp simd reduction(max : m)
     for (int i = 0; i < d; i++) m = x[i] > m ? x[i] : m;
     if (m == -INFINITY) { /* every entry masked: leave a uniform zero row */
         memset(x, 0, sizeof(float) * (size_t)d);
         return;
     }
     float s = 0.0f;
+#pragma omp simd reduction(+ : s)
     for (int i = 0; i < d; i++) {
-        x[i] = expf(x[i] - m);
+        x[i] = sotto_fast_expf(x[i] - m);
         s += x[i];
     }
     float inv = 1.0f / s;
+#pragma omp simd
     for (int i = 0; i < d; i++) x[i] *= inv;
 }
 

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Runs all of sotto's tests. Installs what they need first: the Debian
+# packages (scripts/setup.sh --deps-only), a Python virtual environment in
+# .venv with the reference implementation (faster-whisper) and the text
+# normalizer, and the test models (tiny.en, base).
+#
+#   scripts/test.sh            everything (unit tests under ASan+UBSan, then
+#                              the reference tests on real speech)
+#   scripts/test.sh --unit     only the C unit tests
+#
+# The reference tests read the dev speech set from ../shared/audio
+# (override with SOTTO_MANIFEST=/path/to/manifest.tsv). Exits non-zero on
+# any failure.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+die() { echo "test: $*" >&2; exit 1; }
+
+only_unit=0
+for a in "$@"; do
+  case "$a" in
+    --unit) only_unit=1 ;;
+    *) die "unknown option $a" ;;
+  esac
+done
+
+"$root/scripts/setup.sh" --deps-only
+"$root/scripts/fetch_models.sh" all
+
+# Python environment for the reference tests.
+venv="$root/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv" || die "python3 -m venv failed (install python3-venv)"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check \
+  "faster-whisper==1.2.1" "ctranslate2==4.8.5" "whisper-normalizer==0.1.15" "numpy>=1.24" \
+  || die "pip install of the test requirements failed"
+py="$venv/bin/python"
+
+failures=()
+run() { # name command...
+  local name=$1; shift
+  echo "=== $name"
+  local t0=$SECONDS
+  if "$@"; then
+    echo "=== $name: ok ($((SECONDS - t0)) s)"
+  else
+    echo "=== $name: FAILED ($((SECONDS - t0)) s)"
+    failures+=("$name")
+  fi
+}
+
+# 1. C unit tests with AddressSanitizer + UndefinedBehaviorSanitizer.
+cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSOTTO_SANITIZE=ON \
+  -DSOTTO_NATIVE=ON >/dev/null
+cmake --build "$root/build-asan" -j "$(nproc)" >/dev/null || {
+  cmake --build "$root/build-asan" -j 1 2>&1 | tail -40; die "ASan build failed"; }
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+run "unit tests (ASan+UBSan)" ctest --test-dir "$root/build-asan" --output-on-failure -j 1
+
+if [ "$only_unit" -eq 0 ]; then
+  # 2. Reference tests on real speech with the optimised build.
+  cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$root/build" -j "$(nproc)" >/dev/null || die "release build failed"
+  manifest=${SOTTO_MANIFEST:-$(dirname "$root")/shared/audio/manifest.tsv}
+  if [ ! -f "$manifest" ]; then
+    echo "test: the dev speech set is missing ($manifest); the reference tests cannot run"
+    failures+=("reference tests (no dev speech set)")
+  else
+    S="$root/build/sotto"
+    R="$root/tests/ref"
+    run "tokenizer vs Hugging Face (tiny.en)" "$py" "$R/test_tokenizer_ref.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "tokenizer vs Hugging Face (base)" "$py" "$R/test_tokenizer_ref.py" --sotto "$S" --model models/base --manifest "$manifest"
+    run "log-mel vs faster-whisper" "$py" "$R/test_mel_ref.py" --sotto "$S" --manifest "$manifest"
+    run "encoder vs CTranslate2" "$py" "$R/test_encoder_ref.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "transcripts vs faster-whisper (tiny.en)" "$py" "$R/test_reference.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "Hugging Face loader" "$py" "$R/test_hf_loader.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "multilingual (base)" "$py" "$R/test_multilingual.py" --sotto "$S" --model models/base --manifest "$manifest"
+  fi
+fi
+
+echo
+if [ ${#failures[@]} -ne 0 ]; then
+  echo "FAILED: ${failures[*]}"
+  exit 1
+fi
+echo "all tests passed"
