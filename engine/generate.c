@@ -104,6 +104,15 @@ static void process_logits(const rules *R, float *x, const int32_t *gen, int g) 
     sotto_log_softmax(x, V);
 }
 
+void sotto_apply_logit_rules(const sotto_special_tokens *sp, int n_vocab,
+                             const sotto_generate_opts *o, int timestamps, int has_prefix,
+                             const int32_t *gen, int g, float *logits) {
+    rules R = {sp, o, n_vocab, timestamps, has_prefix, 0};
+    R.max_initial_id = sp->timestamp_begin + (int)lroundf(o->max_initial_timestamp / 0.02f);
+    if (R.max_initial_id > sp->timestamp_end) R.max_initial_id = sp->timestamp_end;
+    process_logits(&R, logits, gen, g);
+}
+
 /* ---- random sampling ---------------------------------------------------- */
 
 static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
@@ -464,6 +473,7 @@ int sotto_generate(const sotto_model *m, sotto_workspace *ws, sotto_state *st,
     if (rc) return rc;
     rules R = {sp, o, V, L.timestamps, L.n_prefix > 0, 0};
     R.max_initial_id = sp->timestamp_begin + (int)lroundf(o->max_initial_timestamp / 0.02f);
+    if (R.max_initial_id > sp->timestamp_end) R.max_initial_id = sp->timestamp_end;
 
     float *logits = malloc(sizeof(float) * (size_t)V * 2);
     if (!logits) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory while decoding");

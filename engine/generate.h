@@ -64,4 +64,12 @@ void sotto_generate_result_free(sotto_generate_result *r); /* frees tokens, zero
 int sotto_detect_language(const sotto_model *model, sotto_workspace *ws, sotto_state *st,
                           float *probs, int *best, sotto_err *err);
 
+/* The logit rules of one step, exposed for tests and other backends:
+ * turns raw logits[n_vocab] into the log-probabilities a step samples
+ * from, given the g tokens generated so far (after any prefix).
+ * timestamps: the prompt did not end in <|notimestamps|>. */
+void sotto_apply_logit_rules(const sotto_special_tokens *sp, int n_vocab,
+                             const sotto_generate_opts *o, int timestamps, int has_prefix,
+                             const int32_t *gen, int g, float *logits);
+
 #endif

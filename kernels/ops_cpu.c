@@ -30,9 +30,8 @@ void sotto_layer_norm(const float *x, float *y, int n, int d, const float *gamma
 }
 
 void sotto_gelu(float *x, size_t n) {
-    const float k = 0.70710678118654752440f;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN_WORK)
-    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + sotto_fast_erff(x[i] * k));
+    for (size_t i = 0; i < n; i++) x[i] = sotto_fast_gelu(x[i]);
 }
 
 static void softmax_row(float *x, int d) {

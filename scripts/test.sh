@@ -52,7 +52,7 @@ run() { # name command...
 }
 
 # 1. C unit tests with AddressSanitizer + UndefinedBehaviorSanitizer.
-cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSOTTO_SANITIZE=ON \
+cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOTTO_SANITIZE=ON \
   -DSOTTO_NATIVE=ON >/dev/null
 cmake --build "$root/build-asan" -j "$(nproc)" >/dev/null || {
   cmake --build "$root/build-asan" -j 1 2>&1 | tail -40; die "ASan build failed"; }

@@ -1,0 +1,319 @@
+/* test_engine.c - engine invariants on the real tiny.en model:
+ *   - prompt processing and step-by-step decoding give the same logits;
+ *   - batched steps across states and sequences equal single steps;
+ *   - sequence copies/permutations of the KV cache;
+ *   - results do not depend on the thread count;
+ *   - Whisper's logit rules (suppression, timestamp rules) on handmade logits;
+ *   - generate(): greedy == beam 1, callbacks, length limits, seeded sampling.
+ */
+#include "check.h"
+#include "generate.h"
+#include "threads.h"
+#include "whisper.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double max_rel(const float *a, const float *b, size_t n) {
+    double num = 0, den = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        num = d > num ? d : num;
+        den = fabs(b[i]) > den ? fabs(b[i]) : den;
+    }
+    return num / den;
+}
+
+static float *synthetic_window(const sotto_model *m) {
+    const sotto_hparams *hp = sotto_model_hparams(m);
+    size_t n = SOTTO_N_SAMPLES / 3; /* 10 s of a chirp with harmonics */
+    float *audio = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) {
+        double t = (double)i / SOTTO_SAMPLE_RATE;
+        audio[i] = (float)(0.2 * sin(6.283185307 * (150 + 40 * t) * t) +
+                           0.1 * sin(6.283185307 * (450 + 120 * t) * t) * sin(3.0 * t));
+    }
+    float *mel = NULL;
+    size_t nf = 0;
+    sotto_err err;
+    CHECK(sotto_mel_compute(sotto_model_mel(m), audio, n, SOTTO_HOP, 0, &mel, &nf, &err) == 0);
+    float *win = calloc((size_t)hp->n_mels * SOTTO_N_FRAMES, sizeof(float));
+    for (int c = 0; c < hp->n_mels; c++)
+        memcpy(win + (size_t)c * SOTTO_N_FRAMES, mel + (size_t)c * nf, sizeof(float) * (nf - 1));
+    free(audio);
+    free(mel);
+    return win;
+}
+
+static void test_decoder_consistency(const sotto_model *m, const float *win) {
+    const sotto_hparams *hp = sotto_model_hparams(m);
+    const sotto_special_tokens *sp = sotto_model_special(m);
+    const int V = hp->n_vocab;
+    sotto_err err;
+    sotto_workspace *ws = sotto_workspace_create();
+    sotto_state *a = sotto_state_create(m, 3, &err), *b = sotto_state_create(m, 3, &err);
+    CHECK(a && b && ws);
+    CHECK(sotto_encode(m, ws, a, win, &err) == 0);
+    CHECK(sotto_encode(m, ws, b, win, &err) == 0);
+    int32_t toks[5] = {sp->sot, 1002, 257, 3290, sp->timestamp_begin + 12};
+    int want[5] = {0, 1, 2, 3, 4};
+    float *lp = malloc(sizeof(float) * V * 5), *ls = malloc(sizeof(float) * V * 5);
+    CHECK(sotto_decode_tokens(m, ws, a, 0, toks, 5, want, 5, lp, &err) == 0);
+    CHECK_EQ_INT(sotto_state_seq_len(a, 0), 5);
+    /* the same tokens one by one in b, sequence 2 */
+    CHECK(sotto_decode_tokens(m, ws, b, 2, toks, 1, want, 1, ls, &err) == 0);
+    for (int i = 1; i < 5; i++) {
+        sotto_state *sts[1] = {b};
+        int seq = 2;
+        CHECK(sotto_decode_step(m, ws, sts, &seq, &toks[i], 1, ls + (size_t)i * V, &err) == 0);
+    }
+    double e = max_rel(ls, lp, (size_t)V * 5);
+    CHECK_MSG(e < 1e-4, "prompt vs steps: %g", e);
+
+    /* batched: rows (a,0), (b,2), (a,1) after copying a0 -> a1 */
+    int dst[1] = {1}, src[1] = {0};
+    CHECK(sotto_state_seq_gather(a, dst, src, 1) == 0);
+    CHECK_EQ_INT(sotto_state_seq_len(a, 1), 5);
+    sotto_state *sts[3] = {a, b, a};
+    int seqs[3] = {0, 2, 1};
+    int32_t nt[3] = {220, 220, 764};
+    float *lb = malloc(sizeof(float) * V * 3);
+    CHECK(sotto_decode_step(m, ws, sts, seqs, nt, 3, lb, &err) == 0);
+    CHECK_MSG(max_rel(lb, lb + V, V) < 1e-4, "same history + token, different state: %g",
+              max_rel(lb, lb + V, V));
+    /* single steps from the same histories */
+    sotto_state_seq_truncate(a, 0, 5);
+    sotto_state_seq_truncate(a, 1, 5);
+    float *l1 = malloc(sizeof(float) * V);
+    sotto_state *one[1] = {a};
+    int s1 = 1;
+    CHECK(sotto_decode_step(m, ws, one, &s1, &nt[2], 1, l1, &err) == 0);
+    CHECK_MSG(max_rel(l1, lb + 2 * V, V) < 1e-4, "batched vs single: %g", max_rel(l1, lb + 2 * V, V));
+    /* a row may not appear twice */
+    sotto_state *dup[2] = {a, a};
+    int dseq[2] = {0, 0};
+    CHECK(sotto_decode_step(m, ws, dup, dseq, nt, 2, lb, &err) == SOTTO_E_INVALID);
+    /* permutation: swap 0 and 1 after giving them different tails */
+    sotto_state_seq_truncate(a, 0, 5);
+    sotto_state_seq_truncate(a, 1, 3);
+    int pd[2] = {0, 1}, ps[2] = {1, 0};
+    CHECK(sotto_state_seq_gather(a, pd, ps, 2) == 0);
+    CHECK_EQ_INT(sotto_state_seq_len(a, 0), 3);
+    CHECK_EQ_INT(sotto_state_seq_len(a, 1), 5);
+    /* context overflow is an error, not a crash */
+    int32_t many[449];
+    for (int i = 0; i < 449; i++) many[i] = 100 + i;
+    CHECK(sotto_decode_tokens(m, ws, a, 2, many, 449, want, 0, NULL, &err) == SOTTO_E_RANGE);
+    int32_t bad = V + 5;
+    CHECK(sotto_decode_tokens(m, ws, a, 2, &bad, 1, want, 0, NULL, &err) == SOTTO_E_INVALID);
+    free(lp), free(ls), free(lb), free(l1);
+    sotto_state_free(a);
+    sotto_state_free(b);
+    sotto_workspace_free(ws);
+}
+
+static void test_threads(const sotto_model *m, const float *win) {
+    const sotto_hparams *hp = sotto_model_hparams(m);
+    sotto_err err;
+    sotto_workspace *ws = sotto_workspace_create();
+    sotto_state *a = sotto_state_create(m, 1, &err), *b = sotto_state_create(m, 1, &err);
+    size_t n = (size_t)hp->n_audio_ctx * hp->n_audio_state;
+    sotto_threads_set(1);
+    CHECK(sotto_encode(m, ws, a, win, &err) == 0);
+    sotto_threads_set(2);
+    CHECK(sotto_encode(m, ws, b, win, &err) == 0);
+    double e = max_rel(sotto_state_encoder_output(a), sotto_state_encoder_output(b), n);
+    CHECK_MSG(e < 1e-5, "encoder 1 vs 2 threads: %g", e);
+    sotto_state_free(a);
+    sotto_state_free(b);
+    sotto_workspace_free(ws);
+}
+
+static int count_finite(const float *x, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++) k += isfinite(x[i]);
+    return k;
+}
+
+static void test_rules(void) {
+    /* a made-up vocabulary: 0..9 text, 10 eot, 11 sot, 12 nospeech,
+     * 13 notimestamps, 14..29 timestamps (0.00 .. 0.30 s) */
+    sotto_special_tokens sp;
+    memset(&sp, -1, sizeof sp);
+    sp.eot = 10, sp.sot = 11, sp.no_speech = 12, sp.no_timestamps = 13;
+    sp.timestamp_begin = 14, sp.timestamp_end = 29;
+    const int V = 30;
+    sotto_generate_opts o = sotto_generate_default_opts();
+    int32_t sup[2] = {3, 11}, begin[2] = {5, 10};
+    o.suppress = sup, o.n_suppress = 2, o.suppress_begin = begin, o.n_suppress_begin = 2;
+    o.max_initial_timestamp = 0.1f; /* -> up to timestamp_begin + 5 */
+    float x[30];
+    for (int i = 0; i < V; i++) x[i] = 0.1f * (float)(i % 7);
+
+    /* first step, timestamps on: only timestamps 14..19 */
+    float y[30];
+    memcpy(y, x, sizeof y);
+    sotto_apply_logit_rules(&sp, V, &o, 1, 0, NULL, 0, y);
+    int ok = 1;
+    for (int i = 0; i < V; i++) ok &= (i >= 14 && i <= 19) == (y[i] > -INFINITY);
+    CHECK_MSG(ok, "first step must be a timestamp <= max_initial");
+    double s = 0;
+    for (int i = 0; i < V; i++) s += exp(y[i]);
+    CHECK_NEAR(s, 1.0, 1e-5);
+
+    /* first step, no timestamps: suppress + begin-suppress only */
+    memcpy(y, x, sizeof y);
+    sotto_apply_logit_rules(&sp, V, &o, 0, 0, NULL, 0, y);
+    CHECK(y[3] == -INFINITY && y[11] == -INFINITY && y[5] == -INFINITY && y[10] == -INFINITY);
+    CHECK_EQ_INT(count_finite(y, V), V - 4);
+
+    /* later step: begin-suppression no longer applies */
+    int32_t g1[2] = {14, 7};
+    memcpy(y, x, sizeof y);
+    sotto_apply_logit_rules(&sp, V, &o, 0, 0, g1, 2, y);
+    CHECK(y[5] > -INFINITY && y[10] > -INFINITY && y[3] == -INFINITY);
+
+    /* after text then one timestamp: no text (< eot) may follow; eot may */
+    int32_t g2[3] = {14, 7, 20};
+    memcpy(y, x, sizeof y);
+    y[10] = 5.0f; /* eot likelier than all timestamps together */
+    sotto_apply_logit_rules(&sp, V, &o, 1, 0, g2, 3, y);
+    ok = 1;
+    for (int i = 0; i < 10; i++) ok &= y[i] == -INFINITY;
+    CHECK_MSG(ok, "text after a closing timestamp");
+    CHECK(y[10] > -INFINITY);
+    /* ... and timestamps may not decrease */
+    for (int i = 14; i < 20; i++) ok &= y[i] == -INFINITY;
+    CHECK_MSG(ok, "decreasing timestamp allowed");
+    CHECK(y[20] > -INFINITY && y[25] > -INFINITY);
+
+    /* two timestamps in a row: next must not be a timestamp */
+    int32_t g3[4] = {14, 7, 20, 20};
+    memcpy(y, x, sizeof y);
+    sotto_apply_logit_rules(&sp, V, &o, 1, 0, g3, 4, y);
+    ok = 1;
+    for (int i = 14; i < V; i++) ok &= y[i] == -INFINITY;
+    CHECK_MSG(ok, "timestamp after a timestamp pair");
+    CHECK(y[7] > -INFINITY);
+
+    /* timestamps jointly likelier than any text token: text is masked */
+    int32_t g4[2] = {14, 7};
+    for (int i = 0; i < V; i++) y[i] = i >= 14 ? 1.0f : 2.0f; /* 16 ts at e^1 > one text at e^2 */
+    sotto_apply_logit_rules(&sp, V, &o, 1, 0, g4, 2, y);
+    ok = 1;
+    for (int i = 0; i < 14; i++) ok &= y[i] == -INFINITY;
+    CHECK_MSG(ok, "timestamp mass rule");
+    for (int i = 0; i < V; i++) y[i] = i >= 14 ? -3.0f : 2.0f;
+    sotto_apply_logit_rules(&sp, V, &o, 1, 0, g4, 2, y);
+    CHECK(y[7] > -INFINITY && y[20] > -INFINITY);
+
+    /* with a forced prefix the first free step has no initial-timestamp rule */
+    memcpy(y, x, sizeof y);
+    sotto_apply_logit_rules(&sp, V, &o, 1, 1, NULL, 0, y);
+    CHECK(y[7] > -INFINITY && y[25] > -INFINITY && y[13] == -INFINITY);
+}
+
+typedef struct tok_log {
+    int32_t t[512];
+    int n;
+} tok_log;
+
+static int on_token(void *user, int32_t token, float logprob) {
+    tok_log *l = user;
+    if (l->n < 512) l->t[l->n++] = token;
+    (void)logprob;
+    return 0;
+}
+
+static void test_generate(const sotto_model *m, const float *win) {
+    const sotto_special_tokens *sp = sotto_model_special(m);
+    sotto_err err;
+    sotto_workspace *ws = sotto_workspace_create();
+    sotto_state *st = sotto_state_create(m, 5, &err);
+    CHECK(sotto_encode(m, ws, st, win, &err) == 0);
+    int32_t prompt[1] = {sp->sot};
+    sotto_generate_opts o = sotto_generate_default_opts();
+    tok_log log = {{0}, 0};
+    o.on_token = on_token;
+    o.user = &log;
+    sotto_generate_result g, b1, b5;
+    CHECK(sotto_generate(m, ws, st, prompt, 1, &o, &g, &err) == 0);
+    CHECK(g.n_tokens > 0 && g.n_tokens <= 224);
+    CHECK_EQ_INT(log.n, g.n_tokens);
+    CHECK(log.n == g.n_tokens && memcmp(log.t, g.tokens, sizeof(int32_t) * g.n_tokens) == 0);
+    CHECK(isfinite(g.avg_logprob) && g.avg_logprob <= 0);
+    CHECK(g.no_speech_prob >= 0 && g.no_speech_prob <= 1);
+    int ok = 1, last_ts = -1;
+    for (int i = 0; i < g.n_tokens; i++) {
+        ok &= g.tokens[i] != sp->eot && g.tokens[i] < sotto_model_hparams(m)->n_vocab;
+        if (g.tokens[i] >= sp->timestamp_begin) {
+            ok &= g.tokens[i] >= last_ts;
+            last_ts = g.tokens[i];
+        }
+    }
+    CHECK_MSG(ok, "greedy output breaks the timestamp rules");
+    CHECK(g.tokens[0] >= sp->timestamp_begin); /* starts with a timestamp */
+    o.on_token = NULL;
+    o.beam_size = 1;
+    CHECK(sotto_generate(m, ws, st, prompt, 1, &o, &b1, &err) == 0);
+    CHECK(b1.n_tokens == g.n_tokens && memcmp(b1.tokens, g.tokens, sizeof(int32_t) * g.n_tokens) == 0);
+    o.beam_size = 5;
+    CHECK(sotto_generate(m, ws, st, prompt, 1, &o, &b5, &err) == 0);
+    CHECK(b5.n_tokens > 0 && isfinite(b5.score));
+    /* length limit */
+    sotto_generate_result lim;
+    o.beam_size = 1;
+    o.max_new_tokens = 3;
+    CHECK(sotto_generate(m, ws, st, prompt, 1, &o, &lim, &err) == 0);
+    CHECK(lim.n_tokens <= 2); /* min(total / 2, total - 0) with total = 1 + 3 */
+    /* seeded sampling is reproducible */
+    sotto_generate_result s1, s2;
+    o.max_new_tokens = 0;
+    o.temperature = 0.8f;
+    o.best_of = 3;
+    o.seed = 42;
+    CHECK(sotto_generate(m, ws, st, prompt, 1, &o, &s1, &err) == 0);
+    CHECK(sotto_generate(m, ws, st, prompt, 1, &o, &s2, &err) == 0);
+    CHECK(s1.n_tokens == s2.n_tokens &&
+          memcmp(s1.tokens, s2.tokens, sizeof(int32_t) * (size_t)s1.n_tokens) == 0);
+    /* bad options */
+    sotto_generate_result bad;
+    o.beam_size = 2;
+    CHECK(sotto_generate(m, ws, st, prompt, 1, &o, &bad, &err) == SOTTO_E_INVALID);
+    o = sotto_generate_default_opts();
+    o.beam_size = 6; /* the state holds 5 */
+    CHECK(sotto_generate(m, ws, st, prompt, 1, &o, &bad, &err) == SOTTO_E_INVALID);
+    int32_t no_sot[2] = {100, 200};
+    o.beam_size = 1;
+    CHECK(sotto_generate(m, ws, st, no_sot, 2, &o, &bad, &err) == SOTTO_E_INVALID);
+    sotto_generate_result_free(&g);
+    sotto_generate_result_free(&b1);
+    sotto_generate_result_free(&b5);
+    sotto_generate_result_free(&lim);
+    sotto_generate_result_free(&s1);
+    sotto_generate_result_free(&s2);
+    sotto_state_free(st);
+    sotto_workspace_free(ws);
+}
+
+int main(void) {
+    const char *src = getenv("SOTTO_SOURCE_DIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/models/tiny.en", src ? src : ".");
+    sotto_err err;
+    sotto_model_params p = sotto_model_default_params();
+    sotto_threads_set(2);
+    sotto_model *m = sotto_model_load(dir, &p, &err);
+    CHECK_MSG(m != NULL, "cannot load %s (run scripts/fetch_models.sh): %s", dir, err.msg);
+    test_rules();
+    if (m) {
+        float *win = synthetic_window(m);
+        test_decoder_consistency(m, win);
+        test_threads(m, win);
+        test_generate(m, win);
+        free(win);
+        sotto_model_free(m);
+    }
+    return check_report();
+}
