@@ -105,10 +105,10 @@ static int parse(ct2_file *f, sotto_err *err) {
             uint32_t dim = 0;
             if ((rc = rd_u32(f, &dim, v->name, err))) return rc;
             v->dims[d] = dim;
-            count *= dim;
-            if (count > (1ull << 40))
+            if (dim && count > (1ull << 40) / dim)
                 return sotto_err_set(err, SOTTO_E_FORMAT, "%s: variable '%s' is implausibly large",
                                      f->path, v->name);
+            count *= dim;
         }
         if ((rc = rd_u8(f, &dt, v->name, err))) return rc;
         v->dtype = ct2_dtype(dt);
@@ -344,11 +344,8 @@ int sotto_load_ct2(sotto_model *m, const char *dir, sotto_err *err) {
         return sotto_err_set(err, SOTTO_E_RANGE, "model path too long");
     int rc = sotto_mapfile_open(path, &m->map, err);
     if (rc) return rc;
+    if (m->map.size == 0) return sotto_err_set(err, SOTTO_E_FORMAT, "%s: empty file", path);
     ct2_file f = {path, m->map.data, m->map.data + m->map.size, m->map.data, NULL, 0};
-    if (m->map.size == 0) {
-        rc = sotto_err_set(err, SOTTO_E_FORMAT, "%s: empty file", path);
-        goto done;
-    }
     if ((rc = parse(&f, err))) goto done;
     if ((rc = fill_hparams(m, &f, err))) goto done;
     if ((rc = sotto_model_alloc_slots(m, err))) goto done;

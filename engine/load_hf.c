@@ -123,11 +123,11 @@ static int st_tensor(const st_file *f, const cJSON *item, sotto_src_tensor *src,
         if (!cJSON_IsNumber(dim) || dim->valuedouble < 0 || dim->valuedouble > 1e12)
             return sotto_err_set(err, SOTTO_E_FORMAT, "%s: bad shape for '%s'", f->path, name);
         int64_t v = (int64_t)dim->valuedouble;
-        count *= v;
         if (d == 0 && rank > 1) rows = v;
-        if (count > ((int64_t)1 << 40))
+        if (v && count > ((int64_t)1 << 40) / v)
             return sotto_err_set(err, SOTTO_E_FORMAT, "%s: '%s' is implausibly large", f->path,
                                  name);
+        count *= v;
     }
     src->rows = rows;
     src->cols = rows ? count / rows : 0;

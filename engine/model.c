@@ -226,7 +226,8 @@ int sotto_model_put(sotto_model *m, const char *name, const sotto_src_tensor *sr
         row0 = 0;
         rows = src->rows;
     }
-    if (row0 < 0 || row0 + rows > src->rows || rows * src->cols != s->rows * s->cols)
+    if (row0 < 0 || row0 > src->rows || rows > src->rows - row0 || rows != s->rows ||
+        src->cols != s->cols)
         return sotto_err_set(err, SOTTO_E_FORMAT,
                              "%s: tensor '%s' has shape [%lld x %lld], expected %s to be "
                              "[%lld x %lld]",
