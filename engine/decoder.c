@@ -7,33 +7,12 @@
  *              x += fc2(GELU(fc1(LN(x))))
  *   logits = LN(x) emb^T
  */
-#include "fastmath.h"
 #include "ops.h"
-
-#include <cblas.h>
 #include "state.h"
 
 #include <math.h>
 #include <omp.h>
 #include <string.h>
-
-/* Attention of one query row over n_kv keys for one head (pointers already
- * offset to the head's columns): two matrix-vector products (no packing,
- * unlike sgemm with one row) and a softmax. s: scratch of n_kv floats. */
-static void attend_head(const float *q, const float *K, const float *V, int stride, int n_kv,
-                        int dh, float scale, float *out, float *s) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n_kv, dh, scale, K, stride, q, 1, 0.0f, s, 1);
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int j = 0; j < n_kv; j++) m = s[j] > m ? s[j] : m;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n_kv; j++) {
-        s[j] = sotto_fast_expf(s[j] - m);
-        sum += s[j];
-    }
-    cblas_sgemv(CblasRowMajor, CblasTrans, n_kv, dh, 1.0f / sum, V, stride, s, 1, 0.0f, out, 1);
-}
 
 typedef struct row_ref {
     sotto_state *st;
@@ -64,10 +43,27 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
     float *f = sotto_ws_get(ws, WS_FF, (size_t)n * ff);
     int nt = omp_get_max_threads();
     size_t sc = sotto_attention_scratch(n, T > C ? T : C);
-    if (sc < (size_t)nt * (T > C ? T : C)) sc = (size_t)nt * (T > C ? T : C);
+    if (sc < (size_t)nt * n * (T > C ? T : C)) sc = (size_t)nt * n * (T > C ? T : C);
     float *scratch = sotto_ws_get(ws, WS_SCRATCH, sc);
-    if (!h || !q || !k || !v || !att || !f || !scratch)
+    int *order = (int *)sotto_ws_get(ws, WS_ORDER, (size_t)2 * n + 1);
+    if (!h || !q || !k || !v || !att || !f || !scratch || !order)
         return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory in the decoder");
+    /* Step mode: group the rows by state (beams of one stream share its
+     * cross-attention K/V), keeping their order within a group. */
+    int *group_start = order + n, n_groups = 0;
+    if (!prompt) {
+        int placed = 0;
+        for (int i = 0; i < n; i++) {
+            int first = 1;
+            for (int j = 0; j < i; j++) first &= rows[j].st != rows[i].st;
+            if (!first) continue;
+            group_start[n_groups++] = placed;
+            for (int j = i; j < n; j++)
+                if (rows[j].st == rows[i].st) order[placed++] = j;
+        }
+        group_start[n_groups] = placed;
+    }
+    const size_t per_thread = (size_t)n * (T > C ? T : C);
     const int par = n >= 4; /* self-attention over short caches: parallel for several rows */
 
     for (int l = 0; l < hp->n_text_layer; l++) {
@@ -94,11 +90,11 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
             for (int it = 0; it < n * H; it++) {
                 const row_ref *r = &rows[it / H];
                 int i = it / H, hd = (it % H) * dh;
-                float *s = scratch + (size_t)omp_get_thread_num() * (T > C ? T : C);
-                attend_head(q + (size_t)i * d + hd,
-                            sotto_state_self(r->st, r->st->self_k, l, r->seq) + hd,
-                            sotto_state_self(r->st, r->st->self_v, l, r->seq) + hd, d, r->pos + 1,
-                            dh, scale, att + (size_t)i * d + hd, s);
+                float *s = scratch + (size_t)omp_get_thread_num() * per_thread;
+                sotto_attention_rows(q + (size_t)i * d + hd, d,
+                                     sotto_state_self(r->st, r->st->self_k, l, r->seq) + hd,
+                                     sotto_state_self(r->st, r->st->self_v, l, r->seq) + hd, d,
+                                     att + (size_t)i * d + hd, d, 1, r->pos + 1, dh, scale, s);
             }
         }
         sotto_linear_acc(&L->o.w, L->o.b, att, n, x);
@@ -112,15 +108,21 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
             sotto_attention(q, d, st->cross_k + l * per_layer, st->cross_v + l * per_layer, d, att,
                             d, n, T, H, dh, scale, 0, 0, scratch);
         } else {
-#pragma omp parallel for schedule(static) if (n * H > 1)
-            for (int it = 0; it < n * H; it++) {
-                const sotto_state *st = rows[it / H].st;
-                int i = it / H, hd = (it % H) * dh;
-                float *s = scratch + (size_t)omp_get_thread_num() * (T > C ? T : C);
-                attend_head(q + (size_t)i * d + hd, st->cross_k + l * per_layer + hd,
-                            st->cross_v + l * per_layer + hd, d, T, dh, scale,
-                            att + (size_t)i * d + hd, s);
+            float *qg = k, *ag = v; /* free after the self-attention */
+            for (int i = 0; i < n; i++)
+                memcpy(qg + (size_t)i * d, q + (size_t)order[i] * d, sizeof(float) * d);
+#pragma omp parallel for schedule(static) if (n_groups * H > 1)
+            for (int it = 0; it < n_groups * H; it++) {
+                int g = it / H, hd = (it % H) * dh;
+                int g0 = group_start[g], gn = group_start[g + 1] - g0;
+                const sotto_state *st = rows[order[g0]].st;
+                float *s = scratch + (size_t)omp_get_thread_num() * per_thread;
+                sotto_attention_rows(qg + (size_t)g0 * d + hd, d, st->cross_k + l * per_layer + hd,
+                                     st->cross_v + l * per_layer + hd, d, ag + (size_t)g0 * d + hd,
+                                     d, gn, T, dh, scale, s);
             }
+            for (int i = 0; i < n; i++)
+                memcpy(att + (size_t)order[i] * d, ag + (size_t)i * d, sizeof(float) * d);
         }
         sotto_linear_acc(&L->co.w, L->co.b, att, n, x);
 

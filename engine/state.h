@@ -19,6 +19,7 @@ struct sotto_state {
 enum {
     WS_X, WS_H, WS_Q, WS_K, WS_V, WS_ATT, WS_FF, WS_COLS, WS_SCRATCH, WS_LOGIT_ROWS, WS_TMP,
     WS_GEN_LOGITS, /* owned by generate.c: step outputs */
+    WS_ORDER,      /* decoder: rows grouped by state (ints) */
     WS_COUNT
 };
 

@@ -1,5 +1,7 @@
 #include "linear.h"
 
+#include "simd.h"
+
 #include <cblas.h>
 #include <string.h>
 
@@ -30,36 +32,20 @@ static void add_bias(float *y, const float *bias, int n, int rows) {
  * sgemm, which would repack the whole weight matrix on every call. */
 #define SKINNY_MAX_N 16
 
-/* 16 floats: one AVX-512 register, two AVX2 ones; GCC/Clang lower it to
- * whatever the target has. */
-typedef float v16f __attribute__((vector_size(64)));
-
-static inline v16f load16(const float *p) {
-    v16f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline float hsum16(v16f v) {
-    float s = 0.0f;
-    for (int i = 0; i < 16; i++) s += v[i];
-    return s;
-}
-
 /* Dot products of 4 weight rows with one x row: 4 independent accumulators
  * share each load of x. */
 static inline void dot4(const float *w0, const float *w1, const float *w2, const float *w3,
                         const float *x, int cols, float out[4]) {
-    v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    sotto_v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     int c = 0;
     for (; c + 16 <= cols; c += 16) {
-        v16f xv = load16(x + c);
-        a0 += load16(w0 + c) * xv;
-        a1 += load16(w1 + c) * xv;
-        a2 += load16(w2 + c) * xv;
-        a3 += load16(w3 + c) * xv;
+        sotto_v16f xv = sotto_load16(x + c);
+        a0 += sotto_load16(w0 + c) * xv;
+        a1 += sotto_load16(w1 + c) * xv;
+        a2 += sotto_load16(w2 + c) * xv;
+        a3 += sotto_load16(w3 + c) * xv;
     }
-    float s0 = hsum16(a0), s1 = hsum16(a1), s2 = hsum16(a2), s3 = hsum16(a3);
+    float s0 = sotto_hsum16(a0), s1 = sotto_hsum16(a1), s2 = sotto_hsum16(a2), s3 = sotto_hsum16(a3);
     for (; c < cols; c++) {
         s0 += w0[c] * x[c];
         s1 += w1[c] * x[c];

@@ -41,6 +41,16 @@ void sotto_attention(const float *q, int q_stride, const float *k, const float *
                      float *out, int out_stride, int n_q, int n_kv, int n_head, int dh, float scale,
                      int causal, int q_pos0, float *scratch);
 
+/* Attention of nr query rows that share one key/value sequence, for ONE
+ * head (pointers already offset to the head's columns):
+ *   q: [nr][q_stride], k, v: [n_kv][kv_stride], out: [nr][out_stride].
+ * Each key and value row is read once for all nr rows (beams of a stream
+ * share the cross-attention K/V). s: scratch of nr * n_kv floats.
+ * Single-threaded: callers parallelise over heads and streams. */
+void sotto_attention_rows(const float *q, int q_stride, const float *k, const float *v,
+                          int kv_stride, float *out, int out_stride, int nr, int n_kv, int dh,
+                          float scale, float *s);
+
 /* 1-D convolution, kernel 3, padding 1, given stride, as im2col + GEMM:
  *   x: [t_in][c_in] (time-major), w: [c_out][c_in][3], b: [c_out]
  *   y: [t_out][c_out], t_out = (t_in + 2 - 3) / stride + 1

@@ -1,6 +1,7 @@
 #include "ops.h"
 
 #include "fastmath.h"
+#include "simd.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -118,6 +119,39 @@ void sotto_attention(const float *q, int q_stride, const float *k, const float *
         /* Oh[nq][dh] = S Vh */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dh, nk, 1.0f, S, nk, vh,
                     kv_stride, 0.0f, oh, out_stride);
+    }
+}
+
+static inline float dot_head(const float *a, const float *b, int dh) {
+    sotto_v16f acc = {0};
+    int c = 0;
+    for (; c + 16 <= dh; c += 16) acc += sotto_load16(a + c) * sotto_load16(b + c);
+    float s = sotto_hsum16(acc);
+    for (; c < dh; c++) s += a[c] * b[c];
+    return s;
+}
+
+void sotto_attention_rows(const float *q, int q_stride, const float *k, const float *v,
+                          int kv_stride, float *out, int out_stride, int nr, int n_kv, int dh,
+                          float scale, float *s) {
+    for (int j = 0; j < n_kv; j++) {
+        const float *kj = k + (size_t)j * kv_stride;
+        for (int r = 0; r < nr; r++) s[(size_t)r * n_kv + j] = dot_head(q + (size_t)r * q_stride, kj, dh) * scale;
+    }
+    for (int r = 0; r < nr; r++) {
+        softmax_row(s + (size_t)r * n_kv, n_kv);
+        memset(out + (size_t)r * out_stride, 0, sizeof(float) * (size_t)dh);
+    }
+    for (int j = 0; j < n_kv; j++) {
+        const float *vj = v + (size_t)j * kv_stride;
+        for (int r = 0; r < nr; r++) {
+            float w = s[(size_t)r * n_kv + j];
+            float *o = out + (size_t)r * out_stride;
+            int c = 0;
+            sotto_v16f wv = {w, w, w, w, w, w, w, w, w, w, w, w, w, w, w, w};
+            for (; c + 16 <= dh; c += 16) sotto_store16(o + c, sotto_load16(o + c) + wv * sotto_load16(vj + c));
+            for (; c < dh; c++) o[c] += w * vj[c];
+        }
     }
 }
 

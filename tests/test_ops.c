@@ -201,6 +201,32 @@ static void test_attention(void) {
     }
 }
 
+static void test_attention_rows(void) {
+    const int cases[][4] = {/* nr, n_kv, dh, H (to make strides) */
+                            {1, 1, 8, 1}, {3, 17, 64, 2}, {5, 1500, 64, 6}, {2, 9, 20, 3}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int nr = cases[ci][0], n_kv = cases[ci][1], dh = cases[ci][2], H = cases[ci][3];
+        int d = H * dh, h = H - 1; /* test the last head's columns */
+        float *q = rand_vec((size_t)nr * d, 1.0f), *k = rand_vec((size_t)n_kv * d, 1.0f);
+        float *v = rand_vec((size_t)n_kv * d, 1.0f), *o = rand_vec((size_t)nr * d, 1.0f);
+        float *s = malloc(sizeof(float) * nr * n_kv);
+        double *ref = malloc(sizeof(double) * nr * d);
+        float scale = 1.0f / sqrtf((float)dh);
+        naive_attention(q, k, v, nr, n_kv, H, dh, scale, 0, 0, ref);
+        sotto_attention_rows(q + h * dh, d, k + h * dh, v + h * dh, d, o + h * dh, d, nr, n_kv, dh,
+                             scale, s);
+        double num = 0, den = 1e-30;
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < dh; c++) {
+                double ref_v = ref[(size_t)r * d + h * dh + c];
+                num = fmax(num, fabs(o[(size_t)r * d + h * dh + c] - ref_v));
+                den = fmax(den, fabs(ref_v));
+            }
+        CHECK_MSG(num / den < 1e-5, "attention_rows case %zu: %g", ci, num / den);
+        free(q), free(k), free(v), free(o), free(s), free(ref);
+    }
+}
+
 static void test_conv(void) {
     const int cases[][4] = {{1, 1, 1, 1}, {10, 3, 4, 1}, {11, 3, 4, 2}, {3000, 80, 16, 1}, {301, 17, 9, 2}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -234,6 +260,7 @@ int main(void) {
         test_linear();
         test_elementwise();
         test_attention();
+        test_attention_rows();
         test_conv();
     }
     test_fastmath();
