@@ -143,7 +143,7 @@ static void test_elementwise(void) {
             }
             sotto_softmax_rows(y, n, d);
             e = rel_err(y, ref, sz);
-            CHECK_MSG(e < 1e-6, "softmax n=%d d=%d: %g", n, d, e);
+            CHECK_MSG(e < 5e-6, "softmax n=%d d=%d: %g", n, d, e); /* float sum over d terms */
             if (d > 1) CHECK(y[1] == 0.0f);
             free(x), free(g), free(be), free(y), free(ref);
         }
