@@ -12,9 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parses "--model DIR" and "--threads N" from argv; positional arguments
- * are collected into pos[]. Returns the count of positionals or -1. */
-static int common_args(int argc, char **argv, const char **model, const char **pos, int max_pos) {
+/* Parses "--model DIR", "--threads N", "--weights F" and "--policy P";
+ * positional arguments are collected into pos[]. Returns the count of
+ * positionals or -1. */
+static int common_args(int argc, char **argv, const char **model, sotto_model_params *mp,
+                       const char **pos, int max_pos) {
     int n = 0;
     *model = sotto_cli_default_model();
     for (int i = 1; i < argc; i++) {
@@ -22,6 +24,15 @@ static int common_args(int argc, char **argv, const char **model, const char **p
             *model = argv[++i];
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             sotto_threads_set(atoi(argv[++i]));
+        } else if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc) {
+            if (sotto_wfmt_parse(argv[++i], &mp->weights)) {
+                fprintf(stderr, "sotto %s: unknown weight format '%s'\n", argv[0], argv[i]);
+                return -1;
+            }
+        } else if (strcmp(argv[i], "--policy") == 0 && i + 1 < argc) {
+            mp->policy = argv[++i];
+        } else if (strcmp(argv[i], "--nf4-double-quant") == 0) {
+            mp->nf4_double_quant = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "sotto %s: unknown option '%s'\n", argv[0], argv[i]);
             return -1;
@@ -35,15 +46,28 @@ static int common_args(int argc, char **argv, const char **model, const char **p
     return n;
 }
 
+/* VmRSS of this process in bytes. */
+static size_t current_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
 int sotto_cmd_info(int argc, char **argv) {
     const char *model_dir, *pos[1];
-    if (common_args(argc, argv, &model_dir, pos, 0) != 0) {
-        fprintf(stderr, "usage: sotto info [--model DIR]\n");
+    sotto_model_params mp = sotto_model_default_params();
+    if (common_args(argc, argv, &model_dir, &mp, pos, 0) != 0) {
+        fprintf(stderr, "usage: sotto info [--model DIR] [--weights F] [--policy P]\n");
         return 2;
     }
     sotto_err err;
     sotto_err_clear(&err);
-    sotto_model_params mp = sotto_model_default_params();
+    size_t rss_before = current_rss();
     sotto_model *m = sotto_model_load(model_dir, &mp, &err);
     if (!m) {
         fprintf(stderr, "sotto info: %s\n", err.msg);
@@ -56,6 +80,17 @@ int sotto_cmd_info(int argc, char **argv) {
     cJSON_AddStringToObject(o, "format", sotto_model_format_name(m));
     cJSON_AddBoolToObject(o, "multilingual", sotto_model_is_multilingual(m));
     cJSON_AddNumberToObject(o, "weight_bytes", (double)sotto_model_weight_bytes(m));
+    cJSON *pb = cJSON_AddObjectToObject(o, "part_bytes");
+    cJSON_AddNumberToObject(pb, "encoder", (double)sotto_model_part_bytes(m, 0));
+    cJSON_AddNumberToObject(pb, "decoder", (double)sotto_model_part_bytes(m, 1));
+    cJSON_AddNumberToObject(pb, "embed", (double)sotto_model_part_bytes(m, 2));
+    char policy[512];
+    sotto_model_policy_string(m, policy, sizeof policy);
+    cJSON_AddStringToObject(o, "policy", policy);
+    cJSON_AddBoolToObject(o, "snapshot", sotto_model_is_snapshot(m));
+    cJSON_AddNumberToObject(o, "rss_before_load", (double)rss_before);
+    cJSON_AddNumberToObject(o, "peak_rss_after_load", (double)sotto_model_load_peak_rss(m));
+    cJSON_AddNumberToObject(o, "largest_tensor_bytes", (double)sotto_model_largest_tensor(m));
     cJSON *h = cJSON_AddObjectToObject(o, "hparams");
     const struct {
         const char *k;
@@ -94,7 +129,8 @@ int sotto_cmd_info(int argc, char **argv) {
 
 int sotto_cmd_encode(int argc, char **argv) {
     const char *model_dir, *pos[2];
-    if (common_args(argc, argv, &model_dir, pos, 2) != 2) {
+    sotto_model_params mp = sotto_model_default_params();
+    if (common_args(argc, argv, &model_dir, &mp, pos, 2) != 2) {
         fprintf(stderr,
                 "usage: sotto encode [--model DIR] [--threads N] FILE.wav OUT.f32\n"
                 "Writes int32 n_ctx, int32 width, then float32 [n_ctx][width]: the encoder\n"
@@ -103,7 +139,6 @@ int sotto_cmd_encode(int argc, char **argv) {
     }
     sotto_err err;
     sotto_err_clear(&err);
-    sotto_model_params mp = sotto_model_default_params();
     sotto_model *m = sotto_model_load(model_dir, &mp, &err);
     if (!m) {
         fprintf(stderr, "sotto encode: %s\n", err.msg);

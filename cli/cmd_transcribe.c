@@ -18,6 +18,7 @@ typedef enum out_fmt { FMT_TEXT, FMT_TXT, FMT_JSON, FMT_SRT, FMT_VTT } out_fmt;
 
 typedef struct cli_opts {
     const char *model;
+    sotto_model_params mp;
     int threads;
     out_fmt fmt;
     const char *output;
@@ -30,6 +31,10 @@ static void usage(FILE *f) {
             "usage: sotto transcribe [options] FILE.wav [FILE.wav ...]\n"
             "\n"
             "  --model DIR            model directory (default: %s)\n"
+            "  --weights F            f32 | bf16 | q8 | nf4 | nvfp4 (default f32; quantized while\n"
+            "                         loading; a snapshot from `sotto quantize` keeps its own)\n"
+            "  --policy P             per-part formats, e.g. encoder=nvfp4,decoder=q8,embed=bf16\n"
+            "  --nf4-double-quant     store NF4 block scales as 8-bit codes (bitsandbytes)\n"
             "  --language L           language code or name, or auto (multilingual models)\n"
             "  --task T               transcribe | translate (multilingual models)\n"
             "  --beam N               beam size; 1 = greedy (default 5)\n"
@@ -105,6 +110,9 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
     } while (0)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -2;
         else if (strcmp(a, "--model") == 0) { NEED_VALUE(); o->model = v; }
+        else if (strcmp(a, "--weights") == 0) { NEED_VALUE(); if (sotto_wfmt_parse(v, &o->mp.weights)) goto bad; }
+        else if (strcmp(a, "--policy") == 0) { NEED_VALUE(); o->mp.policy = v; }
+        else if (strcmp(a, "--nf4-double-quant") == 0) o->mp.nf4_double_quant = 1;
         else if (strcmp(a, "--language") == 0) { NEED_VALUE(); o->t.language = v; }
         else if (strcmp(a, "--task") == 0) {
             NEED_VALUE();
@@ -265,6 +273,7 @@ int sotto_cmd_transcribe(int argc, char **argv) {
     cli_opts o;
     memset(&o, 0, sizeof o);
     o.model = sotto_cli_default_model();
+    o.mp = sotto_model_default_params();
     o.progress = -1;
     o.t = sotto_transcribe_default_opts();
     int first = parse_args(argc, argv, &o);
@@ -287,14 +296,17 @@ int sotto_cmd_transcribe(int argc, char **argv) {
     sotto_err err;
     sotto_err_clear(&err);
     double t0 = now_s();
-    sotto_model_params mp = sotto_model_default_params();
-    sotto_model *model = sotto_model_load(o.model, &mp, &err);
+    sotto_model *model = sotto_model_load(o.model, &o.mp, &err);
     if (!model) {
         fprintf(stderr, "sotto transcribe: cannot load model: %s\n", err.msg);
         if (out != stdout) fclose(out);
         return 1;
     }
-    SOTTO_INFO("model %s loaded in %.2f s", o.model, now_s() - t0);
+    char policy[512];
+    sotto_model_policy_string(model, policy, sizeof policy);
+    SOTTO_INFO("model %s loaded in %.2f s: %.1f MB of weights (%s), peak RSS %.1f MB", o.model,
+               now_s() - t0, sotto_model_weight_bytes(model) / 1e6, policy,
+               sotto_model_load_peak_rss(model) / 1e6);
     int status = 0;
     int progress = o.progress < 0 ? isatty(STDERR_FILENO) : o.progress;
     for (int i = first; i < argc; i++) {

@@ -1,7 +1,9 @@
+#define _DEFAULT_SOURCE /* madvise */
 #define _POSIX_C_SOURCE 200809L
 #include "mapfile.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,18 @@ int sotto_mapfile_open(const char *path, sotto_mapfile *mf, sotto_err *err) {
     mf->data = p;
     mf->size = (size_t)st.st_size;
     return SOTTO_OK;
+}
+
+void sotto_mapfile_release(const sotto_mapfile *mf, const void *p, size_t len) {
+    if (!mf || !mf->data || !p) return;
+    const unsigned char *b = p, *e = b + len;
+    if (b < mf->data) b = mf->data;
+    if (e > mf->data + mf->size) e = mf->data + mf->size;
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t lo = ((uintptr_t)b + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1); /* whole pages only */
+    uintptr_t hi = (uintptr_t)e & ~((uintptr_t)pg - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 void sotto_mapfile_close(sotto_mapfile *mf) {

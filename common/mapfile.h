@@ -17,6 +17,11 @@ typedef struct sotto_mapfile {
 } sotto_mapfile;
 
 int sotto_mapfile_open(const char *path, sotto_mapfile *mf, sotto_err *err);
+
+/* Tells the kernel that [p, p + len) of the mapping will not be read again,
+ * so that its pages leave the resident set (they are re-read from the file
+ * if touched later). Used while loading to keep peak memory low. */
+void sotto_mapfile_release(const sotto_mapfile *mf, const void *p, size_t len);
 void sotto_mapfile_close(sotto_mapfile *mf); /* accepts a zeroed struct */
 
 /* Reads a whole file into a malloc'd, NUL-terminated buffer (caller frees).

@@ -145,10 +145,10 @@ static int embed(const sotto_model *m, const int32_t *tokens, const row_ref *row
         if (rows[i].pos >= m->hp.n_text_ctx)
             return sotto_err_set(err, SOTTO_E_RANGE, "decoder context of %d tokens is full",
                                  m->hp.n_text_ctx);
-        const float *e = m->tok_emb + (size_t)tokens[i] * d;
         const float *p = m->dec_pos + (size_t)rows[i].pos * d;
         float *xr = x + (size_t)i * d;
-        for (int c = 0; c < d; c++) xr[c] = e[c] + p[c];
+        sotto_wmat_dequantize_rows(&m->emb, tokens[i], 1, xr);
+        for (int c = 0; c < d; c++) xr[c] += p[c];
     }
     return SOTTO_OK;
 }
@@ -162,7 +162,7 @@ static int project(const sotto_model *m, sotto_workspace *ws, const float *x, co
     for (int i = 0; i < n; i++)
         sotto_layer_norm(x + (size_t)(which ? which[i] : i) * d, h + (size_t)i * d, 1, d,
                          m->dec_ln.g, m->dec_ln.b, 1e-5f);
-    sotto_linear(&m->proj, NULL, h, n, logits);
+    sotto_linear(&m->emb, NULL, h, n, logits);
     return SOTTO_OK;
 }
 

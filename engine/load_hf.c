@@ -1,15 +1,25 @@
-#define _POSIX_C_SOURCE 200809L
 /* load_hf.c - reader for Hugging Face Whisper directories:
  * config.json + model.safetensors (or model.safetensors.index.json with
  * shards). Float32 tensors are used in place from the memory mapping when
- * aligned; others are converted.
+ * aligned; others are converted (and quantized per the model's policy).
  *
- * safetensors layout: u64 header_len, header_len bytes of JSON
- * {name: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...}
- * with offsets relative to the end of the header.
+ * Pre-quantized linear layers are recognised by their tensor names:
+ *   NVFP4 (compressed-tensors): X.weight_packed, X.weight_scale (F8_E4M3),
+ *                               X.weight_global_scale
+ *   NF4 (bitsandbytes):         X.weight (U8), X.weight.absmax,
+ *                               X.weight.quant_map,
+ *                               X.weight.quant_state.bitsandbytes__nf4 [,
+ *                               X.weight.nested_absmax, .nested_quant_map]
+ *   Q8 (sotto):                 X.weight (I8), X.weight_scale (F32 per 32)
+ * A directory with sotto_quant.json is a sotto snapshot (see snapshot.h):
+ * its policy is adopted and every tensor's CRC-32 is verified.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "log.h"
 #include "model.h"
+#include "quant.h"
+#include "safetensors.h"
+#include "snapshot.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -62,141 +72,61 @@ done:
     return rc;
 }
 
-/* ---- safetensors ------------------------------------------------------ */
+/* ---- names -------------------------------------------------------------- */
 
-typedef struct st_file {
-    char path[4096];
-    sotto_mapfile map;
-    cJSON *header;
-    const unsigned char *data; /* start of the tensor data area */
-    size_t data_size;
-} st_file;
+static const struct {
+    const char *hf, *canon;
+} k_globals[] = {
+    {"encoder.conv1.weight", "enc.conv1.w"},
+    {"encoder.conv1.bias", "enc.conv1.b"},
+    {"encoder.conv2.weight", "enc.conv2.w"},
+    {"encoder.conv2.bias", "enc.conv2.b"},
+    {"encoder.embed_positions.weight", "enc.pos"},
+    {"encoder.layer_norm.weight", "enc.ln.g"},
+    {"encoder.layer_norm.bias", "enc.ln.b"},
+    {"decoder.embed_tokens.weight", "dec.emb"},
+    {"decoder.embed_positions.weight", "dec.pos"},
+    {"decoder.layer_norm.weight", "dec.ln.g"},
+    {"decoder.layer_norm.bias", "dec.ln.b"},
+};
 
-static sotto_dtype st_dtype(const char *s) {
-    if (strcmp(s, "F32") == 0) return SOTTO_DT_F32;
-    if (strcmp(s, "F16") == 0) return SOTTO_DT_F16;
-    if (strcmp(s, "BF16") == 0) return SOTTO_DT_BF16;
-    if (strcmp(s, "I8") == 0) return SOTTO_DT_I8;
-    if (strcmp(s, "I16") == 0) return SOTTO_DT_I16;
-    if (strcmp(s, "I32") == 0) return SOTTO_DT_I32;
-    if (strcmp(s, "U8") == 0) return SOTTO_DT_U8;
-    return SOTTO_DT_OTHER;
-}
+static const struct {
+    const char *hf, *canon;
+} k_layer[] = {
+    {"self_attn_layer_norm.weight", "attn_ln.g"},
+    {"self_attn_layer_norm.bias", "attn_ln.b"},
+    {"self_attn.q_proj.weight", "q.w"},
+    {"self_attn.q_proj.bias", "q.b"},
+    {"self_attn.k_proj.weight", "k.w"},
+    {"self_attn.k_proj.bias", "k.b"},
+    {"self_attn.v_proj.weight", "v.w"},
+    {"self_attn.v_proj.bias", "v.b"},
+    {"self_attn.out_proj.weight", "o.w"},
+    {"self_attn.out_proj.bias", "o.b"},
+    {"encoder_attn_layer_norm.weight", "cross_ln.g"},
+    {"encoder_attn_layer_norm.bias", "cross_ln.b"},
+    {"encoder_attn.q_proj.weight", "cq.w"},
+    {"encoder_attn.q_proj.bias", "cq.b"},
+    {"encoder_attn.k_proj.weight", "ck.w"},
+    {"encoder_attn.k_proj.bias", "ck.b"},
+    {"encoder_attn.v_proj.weight", "cv.w"},
+    {"encoder_attn.v_proj.bias", "cv.b"},
+    {"encoder_attn.out_proj.weight", "co.w"},
+    {"encoder_attn.out_proj.bias", "co.b"},
+    {"final_layer_norm.weight", "mlp_ln.g"},
+    {"final_layer_norm.bias", "mlp_ln.b"},
+    {"fc1.weight", "fc1.w"},
+    {"fc1.bias", "fc1.b"},
+    {"fc2.weight", "fc2.w"},
+    {"fc2.bias", "fc2.b"},
+};
 
-static int st_open(st_file *f, sotto_mapfile *map, sotto_err *err) {
-    int rc = sotto_mapfile_open(f->path, map, err);
-    if (rc) return rc;
-    if (map->size < 8)
-        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: truncated (%zu bytes, no header)", f->path,
-                             map->size);
-    uint64_t hlen;
-    memcpy(&hlen, map->data, 8);
-    if (hlen < 2 || hlen > map->size - 8 || hlen > (100u << 20))
-        return sotto_err_set(err, SOTTO_E_FORMAT,
-                             "%s: header length %llu does not fit the file of %zu bytes", f->path,
-                             (unsigned long long)hlen, map->size);
-    f->header = cJSON_ParseWithLength((const char *)map->data + 8, (size_t)hlen);
-    if (!f->header || !cJSON_IsObject(f->header))
-        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: header is not valid JSON", f->path);
-    f->data = map->data + 8 + hlen;
-    f->data_size = map->size - 8 - (size_t)hlen;
-    return SOTTO_OK;
-}
-
-/* Describes tensor `item` of file f as a 2-D source view. */
-static int st_tensor(const st_file *f, const cJSON *item, sotto_src_tensor *src, sotto_err *err) {
-    const char *name = item->string;
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
-    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
-    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
-    if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) ||
-        cJSON_GetArraySize(offs) != 2)
-        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: bad header entry for '%s'", f->path, name);
-    memset(src, 0, sizeof *src);
-    src->file = f->path;
-    src->name = name;
-    src->dtype = st_dtype(dt->valuestring);
-    int rank = cJSON_GetArraySize(shape);
-    int64_t count = 1, rows = 1;
-    for (int d = 0; d < rank; d++) {
-        const cJSON *dim = cJSON_GetArrayItem(shape, d);
-        if (!cJSON_IsNumber(dim) || dim->valuedouble < 0 || dim->valuedouble > 1e12)
-            return sotto_err_set(err, SOTTO_E_FORMAT, "%s: bad shape for '%s'", f->path, name);
-        int64_t v = (int64_t)dim->valuedouble;
-        if (d == 0 && rank > 1) rows = v;
-        if (v && count > ((int64_t)1 << 40) / v)
-            return sotto_err_set(err, SOTTO_E_FORMAT, "%s: '%s' is implausibly large", f->path,
-                                 name);
-        count *= v;
-    }
-    src->rows = rows;
-    src->cols = rows ? count / rows : 0;
-    double b = cJSON_GetArrayItem(offs, 0)->valuedouble;
-    double e = cJSON_GetArrayItem(offs, 1)->valuedouble;
-    size_t es = sotto_dtype_size(src->dtype);
-    if (b < 0 || e < b || e > (double)f->data_size)
-        return sotto_err_set(err, SOTTO_E_FORMAT,
-                             "%s: tensor '%s' lies outside the file (offsets %.0f..%.0f of %zu "
-                             "data bytes; truncated?)",
-                             f->path, name, b, e, f->data_size);
-    if (es && (size_t)(e - b) != (size_t)count * es)
-        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: tensor '%s' has %.0f bytes, shape needs %zu",
-                             f->path, name, e - b, (size_t)count * es);
-    src->data = f->data + (size_t)b;
-    return SOTTO_OK;
-}
-
-/* HF name (without the optional "model." prefix) -> canonical name. */
+/* HF name (with or without the "model." prefix) -> canonical name. */
 static int hf_canon(const char *name, char *out, size_t outsz) {
-    static const struct {
-        const char *hf, *canon;
-    } globals[] = {
-        {"encoder.conv1.weight", "enc.conv1.w"},
-        {"encoder.conv1.bias", "enc.conv1.b"},
-        {"encoder.conv2.weight", "enc.conv2.w"},
-        {"encoder.conv2.bias", "enc.conv2.b"},
-        {"encoder.embed_positions.weight", "enc.pos"},
-        {"encoder.layer_norm.weight", "enc.ln.g"},
-        {"encoder.layer_norm.bias", "enc.ln.b"},
-        {"decoder.embed_tokens.weight", "dec.emb"},
-        {"decoder.embed_positions.weight", "dec.pos"},
-        {"decoder.layer_norm.weight", "dec.ln.g"},
-        {"decoder.layer_norm.bias", "dec.ln.b"},
-    };
-    static const struct {
-        const char *hf, *canon;
-    } layer[] = {
-        {"self_attn_layer_norm.weight", "attn_ln.g"},
-        {"self_attn_layer_norm.bias", "attn_ln.b"},
-        {"self_attn.q_proj.weight", "q.w"},
-        {"self_attn.q_proj.bias", "q.b"},
-        {"self_attn.k_proj.weight", "k.w"},
-        {"self_attn.k_proj.bias", "k.b"},
-        {"self_attn.v_proj.weight", "v.w"},
-        {"self_attn.v_proj.bias", "v.b"},
-        {"self_attn.out_proj.weight", "o.w"},
-        {"self_attn.out_proj.bias", "o.b"},
-        {"encoder_attn_layer_norm.weight", "cross_ln.g"},
-        {"encoder_attn_layer_norm.bias", "cross_ln.b"},
-        {"encoder_attn.q_proj.weight", "cq.w"},
-        {"encoder_attn.q_proj.bias", "cq.b"},
-        {"encoder_attn.k_proj.weight", "ck.w"},
-        {"encoder_attn.k_proj.bias", "ck.b"},
-        {"encoder_attn.v_proj.weight", "cv.w"},
-        {"encoder_attn.v_proj.bias", "cv.b"},
-        {"encoder_attn.out_proj.weight", "co.w"},
-        {"encoder_attn.out_proj.bias", "co.b"},
-        {"final_layer_norm.weight", "mlp_ln.g"},
-        {"final_layer_norm.bias", "mlp_ln.b"},
-        {"fc1.weight", "fc1.w"},
-        {"fc1.bias", "fc1.b"},
-        {"fc2.weight", "fc2.w"},
-        {"fc2.bias", "fc2.b"},
-    };
     if (strncmp(name, "model.", 6) == 0) name += 6;
-    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++) {
-        if (strcmp(name, globals[i].hf) == 0) {
-            snprintf(out, outsz, "%s", globals[i].canon);
+    for (size_t i = 0; i < sizeof k_globals / sizeof k_globals[0]; i++) {
+        if (strcmp(name, k_globals[i].hf) == 0) {
+            snprintf(out, outsz, "%s", k_globals[i].canon);
             return 1;
         }
     }
@@ -204,10 +134,10 @@ static int hf_canon(const char *name, char *out, size_t outsz) {
     int idx, consumed = 0;
     if (sscanf(name, "%15[a-z].layers.%d.%n", side, &idx, &consumed) == 2 && consumed > 0 &&
         (strcmp(side, "encoder") == 0 || strcmp(side, "decoder") == 0)) {
-        for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++) {
-            if (strcmp(name + consumed, layer[i].hf) == 0) {
+        for (size_t i = 0; i < sizeof k_layer / sizeof k_layer[0]; i++) {
+            if (strcmp(name + consumed, k_layer[i].hf) == 0) {
                 snprintf(out, outsz, "%s.%d.%s", side[0] == 'e' ? "enc" : "dec", idx,
-                         layer[i].canon);
+                         k_layer[i].canon);
                 return 1;
             }
         }
@@ -215,24 +145,259 @@ static int hf_canon(const char *name, char *out, size_t outsz) {
     return 0;
 }
 
-static int put_file(sotto_model *m, st_file *f, sotto_err *err) {
+int sotto_hf_name(const char *canon, char *buf, size_t bufsz) {
+    for (size_t i = 0; i < sizeof k_globals / sizeof k_globals[0]; i++) {
+        if (strcmp(canon, k_globals[i].canon) == 0) {
+            snprintf(buf, bufsz, "model.%s", k_globals[i].hf);
+            return SOTTO_OK;
+        }
+    }
+    char side[4];
+    int idx, consumed = 0;
+    if (sscanf(canon, "%3[a-z].%d.%n", side, &idx, &consumed) == 2 && consumed > 0) {
+        for (size_t i = 0; i < sizeof k_layer / sizeof k_layer[0]; i++) {
+            if (strcmp(canon + consumed, k_layer[i].canon) == 0) {
+                snprintf(buf, bufsz, "model.%s.layers.%d.%s",
+                         strcmp(side, "enc") == 0 ? "encoder" : "decoder", idx, k_layer[i].hf);
+                return SOTTO_OK;
+            }
+        }
+    }
+    return SOTTO_E_NOTFOUND;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* ---- tensors -------------------------------------------------------------- */
+
+typedef struct hf_load {
+    sotto_model *m;
+    cJSON *recipe; /* snapshot recipe or NULL */
+} hf_load;
+
+/* 1 if `name` is part of a pre-quantized set handled by put_quant_sets. */
+static int is_quant_member(const sotto_st_file *f, const char *name) {
+    static const char *const suffixes[] = {".weight_packed", ".weight_scale",
+                                           ".weight_global_scale", ".weight.absmax",
+                                           ".weight.quant_map", ".weight.nested_absmax",
+                                           ".weight.nested_quant_map",
+                                           ".weight.quant_state.bitsandbytes__nf4",
+                                           ".input_global_scale"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
+        if (ends_with(name, suffixes[i])) return 1;
+    if (ends_with(name, ".weight")) { /* the code tensor of an NF4 or Q8 set */
+        char key[512];
+        snprintf(key, sizeof key, "%s.quant_state.bitsandbytes__nf4", name);
+        if (cJSON_GetObjectItemCaseSensitive(f->header, key)) return 1;
+        snprintf(key, sizeof key, "%s_scale", name);
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(f->header, name);
+        const cJSON *dt = it ? cJSON_GetObjectItemCaseSensitive(it, "dtype") : NULL;
+        if (cJSON_GetObjectItemCaseSensitive(f->header, key) && cJSON_IsString(dt) &&
+            strcmp(dt->valuestring, "I8") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int verify_crc(const hf_load *L, const sotto_st_file *f, const sotto_st_tensor *t,
+                      sotto_err *err) {
+    if (!L->recipe) return SOTTO_OK;
+    return sotto_snapshot_check_tensor(L->recipe, f->path, t->name, t->data, t->nbytes, err);
+}
+
+static int get_checked(const hf_load *L, const sotto_st_file *f, const char *name,
+                       sotto_dtype want, int64_t count, sotto_st_tensor *t, sotto_err *err) {
+    int rc = sotto_st_get(f, name, t, err);
+    if (rc == SOTTO_E_NOTFOUND)
+        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: quantized set without '%s'", f->path, name);
+    if (rc) return rc;
+    if (t->dtype != want || (count >= 0 && t->count != count))
+        return sotto_err_set(err, SOTTO_E_FORMAT,
+                             "%s: '%s' should be %s with %lld elements, it is %s with %lld",
+                             f->path, name, sotto_st_dtype_name(want), (long long)count,
+                             sotto_st_dtype_name(t->dtype), (long long)t->count);
+    return verify_crc(L, f, t, err);
+}
+
+static int put_nvfp4(hf_load *L, const sotto_st_file *f, const char *base, const char *canon,
+                     sotto_err *err) {
+    char name[576]; /* base (< 512) + the longest suffix */
+    sotto_st_tensor tp, ts, tg;
+    snprintf(name, sizeof name, "%s.weight_packed", base);
+    int rc = get_checked(L, f, name, SOTTO_DT_U8, -1, &tp, err);
+    if (rc) return rc;
+    if (tp.rank != 2)
+        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: '%s' must be 2-D", f->path, name);
+    int64_t rows = tp.dims[0], cols = tp.dims[1] * 2;
+    snprintf(name, sizeof name, "%s.weight_scale", base);
+    if ((rc = get_checked(L, f, name, SOTTO_DT_F8E4M3, rows * (cols / 16), &ts, err))) return rc;
+    snprintf(name, sizeof name, "%s.weight_global_scale", base);
+    if ((rc = get_checked(L, f, name, SOTTO_DT_F32, 1, &tg, err))) return rc;
+    float g;
+    memcpy(&g, tg.data, 4);
+    if (!(g > 0.0f) || !(g < 3.4e38f))
+        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: '%s' is %g, not a positive scale", f->path,
+                             name, g);
+    sotto_wmat w = {SOTTO_WFMT_NVFP4, (int32_t)rows, (int32_t)cols, tp.data, ts.data, NULL, 1.0f / g};
+    return sotto_model_put_quantized(L->m, canon, &w, f->path, err);
+}
+
+static int put_nf4(hf_load *L, const sotto_st_file *f, const char *base, const char *canon,
+                   sotto_err *err) {
+    char name[576]; /* base (< 512) + the longest suffix */
+    sotto_st_tensor tq, tstate, tmap, tabs;
+    snprintf(name, sizeof name, "%s.weight.quant_state.bitsandbytes__nf4", base);
+    int rc = get_checked(L, f, name, SOTTO_DT_U8, -1, &tstate, err);
+    if (rc) return rc;
+    cJSON *st = cJSON_ParseWithLength((const char *)tstate.data, tstate.nbytes);
+    const cJSON *qt = st ? cJSON_GetObjectItemCaseSensitive(st, "quant_type") : NULL;
+    const cJSON *bs = st ? cJSON_GetObjectItemCaseSensitive(st, "blocksize") : NULL;
+    const cJSON *shape = st ? cJSON_GetObjectItemCaseSensitive(st, "shape") : NULL;
+    const cJSON *off = st ? cJSON_GetObjectItemCaseSensitive(st, "nested_offset") : NULL;
+    int64_t rows = 0, cols = 0;
+    if (!cJSON_IsString(qt) || strcmp(qt->valuestring, "nf4") != 0 || !cJSON_IsNumber(bs) ||
+        bs->valueint != 64 || !cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != 2) {
+        cJSON_Delete(st);
+        return sotto_err_set(err, SOTTO_E_UNSUPPORTED,
+                             "%s: '%s' is not an NF4 quant state with blocks of 64", f->path, name);
+    }
+    rows = (int64_t)cJSON_GetArrayItem(shape, 0)->valuedouble;
+    cols = (int64_t)cJSON_GetArrayItem(shape, 1)->valuedouble;
+    int nested = cJSON_IsNumber(off);
+    float offset = nested ? (float)off->valuedouble : 0.0f;
+    cJSON_Delete(st);
+    if (rows < 1 || cols < 64 || cols % 64)
+        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: NF4 shape of %s is not [rows, 64k]", f->path,
+                             base);
+    const int64_t n = rows * cols, nb = n / 64;
+    snprintf(name, sizeof name, "%s.weight", base);
+    if ((rc = get_checked(L, f, name, SOTTO_DT_U8, n / 2, &tq, err))) return rc;
+    snprintf(name, sizeof name, "%s.weight.quant_map", base);
+    if ((rc = get_checked(L, f, name, SOTTO_DT_F32, 16, &tmap, err))) return rc;
+    for (int i = 0; i < 16; i++) {
+        float v;
+        memcpy(&v, (const float *)tmap.data + i, 4);
+        if (v != sotto_nf4_code[i])
+            return sotto_err_set(err, SOTTO_E_UNSUPPORTED,
+                                 "%s: %s uses a 4-bit code table other than NF4", f->path, base);
+    }
+    snprintf(name, sizeof name, "%s.weight.absmax", base);
+    if ((rc = get_checked(L, f, name, nested ? SOTTO_DT_U8 : SOTTO_DT_F32, nb, &tabs, err)))
+        return rc;
+    float *absmax = NULL;
+    const void *scales = tabs.data;
+    sotto_nf4_dq dq = {NULL, NULL, 0.0f};
+    if (nested) { /* bitsandbytes double quantization */
+        sotto_st_tensor tna, tnm;
+        snprintf(name, sizeof name, "%s.weight.nested_absmax", base);
+        if ((rc = get_checked(L, f, name, SOTTO_DT_F32, (nb + 255) / 256, &tna, err))) return rc;
+        snprintf(name, sizeof name, "%s.weight.nested_quant_map", base);
+        if ((rc = get_checked(L, f, name, SOTTO_DT_F32, 256, &tnm, err))) return rc;
+        if (memcmp(tnm.data, sotto_dyn8_code, sizeof sotto_dyn8_code) == 0) {
+            /* the standard dynamic map: keep the 8-bit codes (the kernels
+             * decode them per block) */
+            dq.codes = tabs.data;
+            dq.nested_absmax = tna.data; /* copied by the builder */
+            dq.offset = offset;
+            scales = NULL;
+        } else { /* another map (old bitsandbytes builds): decode to floats */
+            absmax = malloc(sizeof(float) * (size_t)nb);
+            if (!absmax) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+            const uint8_t *codes = tabs.data;
+            for (int64_t b = 0; b < nb; b++) {
+                float code, scale;
+                memcpy(&code, (const float *)tnm.data + codes[b], 4);
+                memcpy(&scale, (const float *)tna.data + b / 256, 4);
+                volatile float prod = code * scale; /* round like bitsandbytes: no FMA */
+                absmax[b] = prod + offset;
+            }
+            scales = absmax;
+        }
+    }
+    sotto_wmat w = {SOTTO_WFMT_NF4, (int32_t)rows, (int32_t)cols, tq.data, scales,
+                    dq.codes ? &dq : NULL, 0.0f};
+    rc = sotto_model_put_quantized(L->m, canon, &w, f->path, err);
+    free(absmax);
+    return rc;
+}
+
+static int put_q8(hf_load *L, const sotto_st_file *f, const char *base, const char *canon,
+                  sotto_err *err) {
+    char name[576]; /* base (< 512) + the longest suffix */
+    sotto_st_tensor tq, ts;
+    snprintf(name, sizeof name, "%s.weight", base);
+    int rc = get_checked(L, f, name, SOTTO_DT_I8, -1, &tq, err);
+    if (rc) return rc;
+    if (tq.rank != 2 || tq.dims[1] % 32)
+        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: Q8 '%s' must be [rows, 32k]", f->path, name);
+    snprintf(name, sizeof name, "%s.weight_scale", base);
+    if ((rc = get_checked(L, f, name, SOTTO_DT_F32, tq.dims[0] * (tq.dims[1] / 32), &ts, err)))
+        return rc;
+    sotto_wmat w = {SOTTO_WFMT_Q8, (int32_t)tq.dims[0], (int32_t)tq.dims[1], tq.data, ts.data, NULL,
+                    0.0f};
+    return sotto_model_put_quantized(L->m, canon, &w, f->path, err);
+}
+
+/* Pre-quantized sets first, then every dense tensor. */
+static int put_file(hf_load *L, const sotto_st_file *f, sotto_err *err) {
     const cJSON *item;
+    int rc = SOTTO_OK;
     cJSON_ArrayForEach(item, f->header) {
-        if (strcmp(item->string, "__metadata__") == 0) continue;
+        const char *nm = item->string;
+        char base[512], canon[48], wname[520];
+        if (strcmp(nm, "__metadata__") == 0) continue;
+        int kind = 0; /* 1 nvfp4, 2 nf4, 3 q8 */
+        size_t len = strlen(nm);
+        if (ends_with(nm, ".weight_packed")) {
+            kind = 1;
+            len -= strlen(".weight_packed");
+        } else if (ends_with(nm, ".weight.quant_state.bitsandbytes__nf4")) {
+            kind = 2;
+            len -= strlen(".weight.quant_state.bitsandbytes__nf4");
+        } else if (ends_with(nm, ".weight_scale")) {
+            len -= strlen(".weight_scale");
+            snprintf(wname, sizeof wname, "%.*s.weight_packed", (int)len, nm);
+            if (!cJSON_GetObjectItemCaseSensitive(f->header, wname)) kind = 3;
+        }
+        if (!kind) continue;
+        if (len >= sizeof base)
+            return sotto_err_set(err, SOTTO_E_FORMAT, "%s: tensor name too long", f->path);
+        memcpy(base, nm, len);
+        base[len] = '\0';
+        snprintf(wname, sizeof wname, "%s.weight", base);
+        if (!hf_canon(wname, canon, sizeof canon))
+            return sotto_err_set(err, SOTTO_E_FORMAT, "%s: quantized tensor '%s' is not a Whisper weight",
+                                 f->path, base);
+        rc = kind == 1 ? put_nvfp4(L, f, base, canon, err)
+             : kind == 2 ? put_nf4(L, f, base, canon, err)
+                         : put_q8(L, f, base, canon, err);
+        if (rc) return rc;
+    }
+    cJSON_ArrayForEach(item, f->header) {
+        const char *nm = item->string;
+        if (strcmp(nm, "__metadata__") == 0 || is_quant_member(f, nm)) continue;
         char canon[48];
-        if (!hf_canon(item->string, canon, sizeof canon)) {
-            if (strcmp(item->string, "proj_out.weight") != 0) /* tied to the embedding */
-                SOTTO_DEBUG("%s: ignoring tensor '%s'", f->path, item->string);
+        if (!hf_canon(nm, canon, sizeof canon)) {
+            if (strcmp(nm, "proj_out.weight") != 0) /* tied to the embedding */
+                SOTTO_DEBUG("%s: ignoring tensor '%s'", f->path, nm);
             continue;
         }
-        sotto_src_tensor src;
-        int rc = st_tensor(f, item, &src, err);
-        if (rc) return rc;
-        if (src.dtype == SOTTO_DT_OTHER || src.dtype == SOTTO_DT_I32 || src.dtype == SOTTO_DT_U8)
+        sotto_st_tensor t;
+        if ((rc = sotto_st_item(f, item, &t, err))) return rc;
+        if (t.dtype != SOTTO_DT_F32 && t.dtype != SOTTO_DT_F16 && t.dtype != SOTTO_DT_BF16)
             return sotto_err_set(err, SOTTO_E_UNSUPPORTED, "%s: tensor '%s' has an unsupported type",
-                                 f->path, item->string);
+                                 f->path, nm);
+        if ((rc = verify_crc(L, f, &t, err))) return rc;
         /* vectors are [1 x n]; conv weights [out][in][k] flatten to [out][in*k] */
-        if ((rc = sotto_model_put(m, canon, &src, 0, 0, err))) return rc;
+        sotto_src_tensor src = {f->path, nm, t.dtype, 1, t.count, t.data, NULL};
+        if (t.rank > 1) {
+            src.rows = t.dims[0];
+            src.cols = t.dims[0] ? t.count / t.dims[0] : 0;
+        }
+        if ((rc = sotto_model_put(L->m, canon, &src, 0, 0, err))) return rc;
     }
     return SOTTO_OK;
 }
@@ -287,24 +452,28 @@ static int list_shards(const char *dir, char ***names, int *n, sotto_err *err) {
 int sotto_load_hf(sotto_model *m, const char *dir, sotto_err *err) {
     char **shards = NULL;
     int n_shards = 0;
+    hf_load L = {m, NULL};
     int rc = read_config(m, dir, err);
     if (rc) return rc;
-    if ((rc = sotto_model_alloc_slots(m, err))) return rc;
+    if ((rc = sotto_snapshot_read_recipe(m, dir, &L.recipe, err))) return rc;
+    if ((rc = sotto_model_alloc_slots(m, err))) goto done;
     if ((rc = list_shards(dir, &shards, &n_shards, err))) goto done;
     for (int i = 0; i < n_shards && rc == 0; i++) {
-        st_file f;
-        memset(&f, 0, sizeof f);
-        if (sotto_path_join(f.path, sizeof f.path, dir, shards[i])) {
+        char path[4096];
+        if (sotto_path_join(path, sizeof path, dir, shards[i])) {
             rc = sotto_err_set(err, SOTTO_E_RANGE, "path too long");
             break;
         }
-        /* The single-file case keeps its mapping in the model so that f32
-         * tensors can be borrowed; shards are converted and unmapped. */
+        /* The single-file case keeps its mapping in the model so that
+         * tensors can be used in place; shards are copied and unmapped. */
         sotto_mapfile tmp = {0};
         sotto_mapfile *map = n_shards == 1 ? &m->map : &tmp;
-        rc = st_open(&f, map, err);
-        if (rc == 0) rc = put_file(m, &f, err);
-        cJSON_Delete(f.header);
+        sotto_st_file f;
+        memset(&f, 0, sizeof f);
+        rc = sotto_mapfile_open(path, map, err);
+        if (rc == 0) rc = sotto_st_open(&f, path, map, err);
+        if (rc == 0) rc = put_file(&L, &f, err);
+        sotto_st_close(&f);
         sotto_mapfile_close(&tmp);
     }
     if (rc == 0) {
@@ -315,5 +484,6 @@ int sotto_load_hf(sotto_model *m, const char *dir, sotto_err *err) {
 done:
     for (int i = 0; i < n_shards; i++) free(shards[i]);
     free(shards);
+    cJSON_Delete(L.recipe);
     return rc;
 }

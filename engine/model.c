@@ -5,8 +5,11 @@
 
 #include "half.h"
 #include "log.h"
+#include "quant.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,13 +24,14 @@ size_t sotto_dtype_size(sotto_dtype dt) {
     case SOTTO_DT_I16: return 2;
     case SOTTO_DT_I32: return 4;
     case SOTTO_DT_U8: return 1;
+    case SOTTO_DT_F8E4M3: return 1;
     default: return 0;
     }
 }
 
 const char *sotto_dtype_name(sotto_dtype dt) {
-    static const char *names[] = {"float32", "float16", "bfloat16", "int8",
-                                  "int16",   "int32",   "uint8",    "other"};
+    static const char *names[] = {"float32", "float16", "bfloat16", "int8",       "int16",
+                                  "int32",   "uint8",   "float8_e4m3", "other"};
     return names[dt <= SOTTO_DT_OTHER ? dt : SOTTO_DT_OTHER];
 }
 
@@ -49,6 +53,7 @@ static void add_slot(slot_builder *sb, const char *name, int64_t rows, int64_t c
     s->vec = vec;
     s->mat = mat;
     s->is_matrix = mat != NULL;
+    s->policy_part = mat ? sotto_policy_part_of(name) : -1;
 }
 
 static void add_ln(slot_builder *sb, const char *prefix, int64_t d, sotto_part part,
@@ -125,7 +130,7 @@ int sotto_model_alloc_slots(sotto_model *m, sotto_err *err) {
         add_lin(&sb, P("fc2"), da, hp->n_audio_ff, 1, E, &L->fc2);
 #undef P
     }
-    add_slot(&sb, "dec.emb", hp->n_vocab, dt, 1, SOTTO_PART_EMBED, &m->tok_emb, NULL);
+    add_slot(&sb, "dec.emb", hp->n_vocab, dt, 1, SOTTO_PART_EMBED, NULL, &m->emb);
     add_slot(&sb, "dec.pos", hp->n_text_ctx, dt, 1, D, &m->dec_pos, NULL);
     add_ln(&sb, "dec.ln", dt, D, &m->dec_ln);
     for (int i = 0; i < hp->n_text_layer; i++) {
@@ -216,6 +221,140 @@ static int convert_to_f32(const sotto_src_tensor *src, int64_t row0, int64_t row
     return SOTTO_OK;
 }
 
+/* Bytes of the data and scale arrays of a rows x cols matrix in fmt. */
+static void fmt_sizes(sotto_wfmt f, int64_t rows, int64_t cols, size_t *data, size_t *scales) {
+    size_t n = (size_t)(rows * cols);
+    *scales = 0;
+    switch (f) {
+    case SOTTO_WFMT_F32: *data = n * 4; break;
+    case SOTTO_WFMT_BF16: *data = n * 2; break;
+    case SOTTO_WFMT_Q8: *data = n, *scales = n / 32 * 4; break;
+    case SOTTO_WFMT_NF4: *data = n / 2, *scales = n / 64 * 4; break;
+    case SOTTO_WFMT_NVFP4: *data = n / 2, *scales = n / 16; break;
+    default: *data = 0; break;
+    }
+}
+
+static int in_map(const sotto_model *m, const void *p, size_t bytes) {
+    const unsigned char *b = p;
+    return m->map.data && b >= m->map.data && bytes <= m->map.size &&
+           b - m->map.data <= (ptrdiff_t)(m->map.size - bytes);
+}
+
+/* Rows converted to float32 at a time while quantizing. */
+#define QUANT_CHUNK_ROWS 64
+
+/* Stores a dense source matrix in the slot's format, converting and
+ * quantizing QUANT_CHUNK_ROWS rows at a time so that no float32 copy of a
+ * big tensor is ever held. */
+static int store_matrix(sotto_model *m, sotto_slot *s, const sotto_src_tensor *src, int64_t row0,
+                        sotto_err *err) {
+    sotto_wfmt f = s->policy_part >= 0 ? m->policy.fmt[s->policy_part] : SOTTO_WFMT_F32;
+    const int64_t rows = s->rows, cols = s->cols;
+    int block = sotto_wfmt_block(f);
+    if (block > 1 && cols % block)
+        return sotto_err_set(err, SOTTO_E_UNSUPPORTED,
+                             "%s: tensor '%s' has %lld columns, not a multiple of the %s block "
+                             "of %d",
+                             src->file, src->name, (long long)cols, sotto_wfmt_name(f), block);
+    const size_t es = sotto_dtype_size(src->dtype);
+    const unsigned char *p = (const unsigned char *)src->data + (size_t)(row0 * src->cols) * es;
+    const size_t src_bytes = (size_t)(rows * cols) * es;
+    sotto_wmat *w = s->mat;
+    memset(w, 0, sizeof *w);
+    w->fmt = f;
+    w->rows = (int32_t)rows;
+    w->cols = (int32_t)cols;
+    /* used in place: float32 or bfloat16 data that needs no conversion */
+    if (!src->row_scale && in_map(m, p, src_bytes) &&
+        ((f == SOTTO_WFMT_F32 && src->dtype == SOTTO_DT_F32 && ((uintptr_t)p & 3u) == 0) ||
+         (f == SOTTO_WFMT_BF16 && src->dtype == SOTTO_DT_BF16 && ((uintptr_t)p & 1u) == 0))) {
+        if (f == SOTTO_WFMT_F32) {
+            const float *d = (const float *)p;
+            for (size_t i = 0; i < (size_t)(rows * cols); i++)
+                if (!(d[i] - d[i] == 0.0f))
+                    return sotto_err_set(err, SOTTO_E_FORMAT,
+                                         "%s: tensor '%s' holds a non-finite value at element %zu",
+                                         src->file, src->name, i);
+        }
+        w->data = p;
+        m->borrows_map = 1;
+        return SOTTO_OK;
+    }
+    size_t dbytes, sbytes;
+    fmt_sizes(f, rows, cols, &dbytes, &sbytes);
+    const int dq_nf4 = f == SOTTO_WFMT_NF4 && m->params.nf4_double_quant;
+    void *data = model_alloc(m, dbytes);
+    /* with double quantization the float absmax is only a step on the way */
+    void *scales = !sbytes ? NULL : dq_nf4 ? malloc(sbytes) : model_alloc(m, sbytes);
+    float *chunk = malloc(sizeof(float) * (size_t)(QUANT_CHUNK_ROWS * cols));
+    int rc = SOTTO_OK;
+    if (!data || (sbytes && !scales) || !chunk) {
+        rc = sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for tensor %s", s->name);
+        goto done;
+    }
+    w->data = data;
+    w->scales = scales;
+    if (f == SOTTO_WFMT_NVFP4) { /* the global scale needs the whole tensor's amax */
+        float amax = 0.0f;
+        for (int64_t r = 0; r < rows && rc == 0; r += QUANT_CHUNK_ROWS) {
+            int64_t nr = rows - r < QUANT_CHUNK_ROWS ? rows - r : QUANT_CHUNK_ROWS;
+            rc = convert_to_f32(src, row0 + r, nr, chunk, err);
+            for (int64_t i = 0; i < nr * cols && rc == 0; i++) {
+                float a = fabsf(chunk[i]);
+                amax = a > amax ? a : amax;
+            }
+        }
+        if (rc) goto done;
+        /* snapshots store the reciprocal (compressed-tensors' convention):
+         * use a multiplier whose reciprocal round-trips exactly */
+        float g = sotto_nvfp4_global_scale(amax);
+        for (int it = 0; it < 4 && 1.0f / (1.0f / g) != g; it++) g = 1.0f / (1.0f / g);
+        w->global_scale = g;
+    }
+    for (int64_t r = 0; r < rows && rc == 0; r += QUANT_CHUNK_ROWS) {
+        int64_t nr = rows - r < QUANT_CHUNK_ROWS ? rows - r : QUANT_CHUNK_ROWS;
+        if ((rc = convert_to_f32(src, row0 + r, nr, chunk, err))) break;
+        if (f == SOTTO_WFMT_F32) {
+            for (int64_t i = 0; i < nr * cols; i++)
+                if (!(chunk[i] - chunk[i] == 0.0f)) {
+                    rc = sotto_err_set(err, SOTTO_E_FORMAT,
+                                       "%s: tensor '%s' holds a non-finite value at element %lld",
+                                       src->file, src->name, (long long)(r * cols + i));
+                    break;
+                }
+            if (rc == 0) memcpy((float *)data + r * cols, chunk, sizeof(float) * (size_t)(nr * cols));
+        } else {
+            rc = sotto_quantize_rows(w, data, scales, chunk, (int)r, (int)nr);
+            if (rc)
+                sotto_err_set(err, rc, "%s: tensor '%s' cannot be quantized to %s%s", src->file,
+                              src->name, sotto_wfmt_name(f),
+                              rc == SOTTO_E_FORMAT ? " (non-finite values)" : "");
+        }
+    }
+    if (rc == 0 && dq_nf4) {
+        /* bitsandbytes' double quantization of the absmax values */
+        size_t nb = (size_t)(rows * cols) / 64, nn = (nb + 255) / 256;
+        sotto_nf4_dq *dq = model_alloc(m, sizeof *dq);
+        uint8_t *codes = model_alloc(m, nb);
+        float *nested = model_alloc(m, nn * sizeof(float));
+        if (!dq || !codes || !nested) {
+            rc = sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for tensor %s", s->name);
+            goto done;
+        }
+        sotto_nf4_double_quant(scales, nb, codes, nested, &dq->offset);
+        dq->codes = codes;
+        dq->nested_absmax = nested;
+        w->nf4_dq = dq;
+        w->scales = NULL;
+    }
+    if (rc == 0 && in_map(m, p, src_bytes)) sotto_mapfile_release(&m->map, p, src_bytes);
+done:
+    free(chunk);
+    if (dq_nf4) free(scales);
+    return rc;
+}
+
 int sotto_model_put(sotto_model *m, const char *name, const sotto_src_tensor *src, int64_t row0,
                     int64_t rows, sotto_err *err) {
     sotto_slot *s = find_slot(m, name);
@@ -236,36 +375,109 @@ int sotto_model_put(sotto_model *m, const char *name, const sotto_src_tensor *sr
     if (s->filled)
         return sotto_err_set(err, SOTTO_E_FORMAT, "%s: tensor '%s' given twice (as %s)", src->file,
                              src->name, name);
-    const size_t n = (size_t)(s->rows * s->cols);
-    const float *data = NULL;
-    const unsigned char *p = (const unsigned char *)src->data + (size_t)(row0 * src->cols) * 4;
-    int in_map = m->map.data && p >= m->map.data && p + n * 4 <= m->map.data + m->map.size;
-    if (src->dtype == SOTTO_DT_F32 && !src->row_scale && in_map && ((uintptr_t)p & 3u) == 0) {
-        data = (const float *)p; /* borrowed from the mapping */
-        m->borrows_map = 1;
-    } else {
-        float *buf = model_alloc(m, n * sizeof(float));
-        if (!buf) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for tensor %s", name);
-        int rc = convert_to_f32(src, row0, rows, buf, err);
-        if (rc) return rc;
-        data = buf;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (!(data[i] - data[i] == 0.0f)) /* NaN or Inf */
-            return sotto_err_set(err, SOTTO_E_FORMAT,
-                                 "%s: tensor '%s' holds a non-finite value at element %zu",
-                                 src->file, src->name, i);
-    }
+    size_t tensor_bytes = (size_t)(src->rows * src->cols) * sotto_dtype_size(src->dtype);
+    if (tensor_bytes > m->largest_tensor) m->largest_tensor = tensor_bytes;
+    int rc;
     if (s->is_matrix) {
-        s->mat->fmt = SOTTO_WFMT_F32;
-        s->mat->rows = (int32_t)s->rows;
-        s->mat->cols = (int32_t)s->cols;
-        s->mat->data = data;
+        if ((rc = store_matrix(m, s, src, row0, err))) return rc;
+        m->part_bytes[s->part] += sotto_wmat_bytes(s->mat);
     } else {
+        const size_t n = (size_t)(s->rows * s->cols);
+        const unsigned char *p = (const unsigned char *)src->data + (size_t)(row0 * src->cols) * 4;
+        const float *data = NULL;
+        if (src->dtype == SOTTO_DT_F32 && !src->row_scale && in_map(m, p, n * 4) &&
+            ((uintptr_t)p & 3u) == 0) {
+            data = (const float *)p; /* borrowed from the mapping */
+            m->borrows_map = 1;
+        } else {
+            float *buf = model_alloc(m, n * sizeof(float));
+            if (!buf) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for tensor %s", name);
+            if ((rc = convert_to_f32(src, row0, rows, buf, err))) return rc;
+            data = buf;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (!(data[i] - data[i] == 0.0f)) /* NaN or Inf */
+                return sotto_err_set(err, SOTTO_E_FORMAT,
+                                     "%s: tensor '%s' holds a non-finite value at element %zu",
+                                     src->file, src->name, i);
+        }
         *s->vec = data;
+        m->part_bytes[s->part] += n * sizeof(float);
     }
     s->filled = 1;
-    m->part_bytes[s->part] += n * sizeof(float);
+    return SOTTO_OK;
+}
+
+int sotto_model_put_quantized(sotto_model *m, const char *name, const sotto_wmat *w,
+                              const char *file, sotto_err *err) {
+    sotto_slot *s = find_slot(m, name);
+    if (!s || !s->is_matrix)
+        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: quantized tensor %s does not fit this model",
+                             file, name);
+    if (w->rows != s->rows || w->cols != s->cols)
+        return sotto_err_set(err, SOTTO_E_FORMAT,
+                             "%s: quantized %s is [%d x %d], expected [%lld x %lld]", file, name,
+                             w->rows, w->cols, (long long)s->rows, (long long)s->cols);
+    if (s->filled)
+        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: tensor %s given twice", file, name);
+    /* A checkpoint that comes quantized (llm-compressor NVFP4, bitsandbytes
+     * NF4) sets the format of its part unless the caller asked for formats
+     * or a snapshot recipe fixed them; then the two must agree. */
+    int asked = m->params.weights != SOTTO_WFMT_F32 || (m->params.policy && *m->params.policy);
+    if (s->policy_part < 0)
+        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: %s must be dense, it is %s", file, name,
+                             sotto_wfmt_name(w->fmt));
+    if (m->policy.fmt[s->policy_part] != w->fmt) {
+        if (asked || m->from_snapshot)
+            return sotto_err_set(err, SOTTO_E_FORMAT,
+                                 "%s: %s is stored as %s, but %s was %s for %s", file, name,
+                                 sotto_wfmt_name(w->fmt),
+                                 sotto_wfmt_name(m->policy.fmt[s->policy_part]),
+                                 m->from_snapshot ? "recorded in the recipe" : "asked",
+                                 sotto_policy_part_name(s->policy_part));
+        m->policy.fmt[s->policy_part] = w->fmt;
+    }
+    int block = sotto_wfmt_block(w->fmt);
+    if (block > 1 && w->cols % block)
+        return sotto_err_set(err, SOTTO_E_FORMAT, "%s: %s has %d columns, not a multiple of %d",
+                             file, name, w->cols, block);
+    size_t dbytes, sbytes;
+    fmt_sizes(w->fmt, w->rows, w->cols, &dbytes, &sbytes);
+    if (w->nf4_dq) sbytes = 0; /* absmax comes as double-quantized tables */
+    *s->mat = *w;
+    /* data: bytes (any alignment for 8/4-bit codes, 2 for bf16, 4 for f32) */
+    size_t align = w->fmt == SOTTO_WFMT_F32 ? 4 : w->fmt == SOTTO_WFMT_BF16 ? 2 : 1;
+    const void *arrays[2] = {w->data, w->scales};
+    size_t sizes[2] = {dbytes, sbytes};
+    size_t aligns[2] = {align, w->fmt == SOTTO_WFMT_NVFP4 ? 1 : 4};
+    const void **dst[2] = {&s->mat->data, &s->mat->scales};
+    for (int k = 0; k < 2; k++) {
+        if (!sizes[k]) continue;
+        if (in_map(m, arrays[k], sizes[k]) && ((uintptr_t)arrays[k] & (aligns[k] - 1)) == 0) {
+            m->borrows_map = 1;
+            continue;
+        }
+        void *copy = model_alloc(m, sizes[k]);
+        if (!copy) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for %s", name);
+        memcpy(copy, arrays[k], sizes[k]);
+        *dst[k] = copy;
+    }
+    if (w->nf4_dq) { /* small tables: always copied */
+        size_t nb = (size_t)w->rows * w->cols / 64, nn = (nb + 255) / 256;
+        sotto_nf4_dq *dq = model_alloc(m, sizeof *dq);
+        uint8_t *codes = model_alloc(m, nb);
+        float *nested = model_alloc(m, nn * sizeof(float));
+        if (!dq || !codes || !nested) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+        memcpy(codes, w->nf4_dq->codes, nb);
+        memcpy(nested, w->nf4_dq->nested_absmax, nn * sizeof(float)); /* may be unaligned */
+        dq->codes = codes;
+        dq->nested_absmax = nested;
+        dq->offset = w->nf4_dq->offset;
+        s->mat->nf4_dq = dq;
+        s->mat->scales = NULL;
+    }
+    s->filled = 1;
+    m->part_bytes[s->part] += sotto_wmat_bytes(s->mat);
     return SOTTO_OK;
 }
 
@@ -367,6 +579,36 @@ static void read_default_suppress(sotto_model *m) {
     cJSON_Delete(root);
 }
 
+/* Every linear layer must hold the format its part was asked for: a 4-bit
+ * load that silently kept dense weights would use full memory while
+ * claiming 4 bits. */
+static int check_formats(const sotto_model *m, sotto_err *err) {
+    for (int i = 0; i < m->n_slots; i++) {
+        const sotto_slot *s = &m->slots[i];
+        if (!s->is_matrix || !s->filled) continue;
+        sotto_wfmt want = s->policy_part >= 0 ? m->policy.fmt[s->policy_part] : SOTTO_WFMT_F32;
+        if (s->mat->fmt != want)
+            return sotto_err_set(err, SOTTO_E_FORMAT,
+                                 "%s: %s holds %s weights but %s was asked for (%s)", m->dir,
+                                 s->name, sotto_wfmt_name(s->mat->fmt), sotto_wfmt_name(want),
+                                 s->policy_part >= 0 ? sotto_policy_part_name(s->policy_part)
+                                                     : "dense part");
+    }
+    return SOTTO_OK;
+}
+
+/* VmHWM of this process in bytes, 0 if unknown. */
+static size_t sotto_peak_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
 /* ---- load / free / accessors ----------------------------------------- */
 
 sotto_model_params sotto_model_default_params(void) {
@@ -408,20 +650,18 @@ sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params,
             goto fail;
         }
     }
-    if (p.weights != SOTTO_WFMT_F32) {
-        sotto_err_set(err, SOTTO_E_UNSUPPORTED, "weight format %s is not available yet",
-                      sotto_wfmt_name(p.weights));
+    if (p.weights < 0 || p.weights >= SOTTO_WFMT_COUNT) {
+        sotto_err_set(err, SOTTO_E_INVALID, "unknown weight format %d", (int)p.weights);
         goto fail;
     }
+    m->policy = sotto_policy_default(p.weights);
+    if (sotto_policy_apply(&m->policy, p.policy, err)) goto fail;
     m->tok = sotto_tokenizer_load_dir(dir, err);
     if (!m->tok) goto fail;
     int rc = fmt == SOTTO_MODEL_FORMAT_CT2 ? sotto_load_ct2(m, dir, err) : sotto_load_hf(m, dir, err);
     if (rc) goto fail;
     m->format_name = fmt == SOTTO_MODEL_FORMAT_CT2 ? "ct2" : "hf";
-    m->proj.fmt = SOTTO_WFMT_F32;
-    m->proj.rows = m->hp.n_vocab;
-    m->proj.cols = m->hp.n_text_state;
-    m->proj.data = m->tok_emb;
+    if (check_formats(m, err)) goto fail;
     if (resolve_special(m, err)) goto fail;
     if (sotto_tokenizer_n_vocab(m->tok) > m->hp.n_vocab + 1)
         SOTTO_WARN("%s: tokenizer knows %d ids but the model has %d", dir,
@@ -430,9 +670,7 @@ sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params,
     m->mel = sotto_mel_create(m->hp.n_mels, err);
     if (!m->mel) goto fail;
     if (!m->borrows_map) sotto_mapfile_close(&m->map);
-    free(m->slots);
-    m->slots = NULL;
-    m->n_slots = 0;
+    m->load_peak_rss = sotto_peak_rss();
     SOTTO_DEBUG("loaded %s (%s): %d mels, width %d, %d+%d layers, %d heads, vocab %d", dir,
                 m->format_name, m->hp.n_mels, m->hp.n_audio_state, m->hp.n_audio_layer,
                 m->hp.n_text_layer, m->hp.n_audio_head, m->hp.n_vocab);
@@ -469,6 +707,18 @@ const int32_t *sotto_model_default_suppress(const sotto_model *m, int *n) {
     *n = m->n_default_suppress;
     return m->default_suppress;
 }
+
+size_t sotto_model_part_bytes(const sotto_model *m, int part) {
+    return part >= 0 && part < SOTTO_PART_COUNT ? m->part_bytes[part] : 0;
+}
+
+void sotto_model_policy_string(const sotto_model *m, char *buf, size_t bufsz) {
+    sotto_policy_format(&m->policy, buf, bufsz);
+}
+
+size_t sotto_model_load_peak_rss(const sotto_model *m) { return m->load_peak_rss; }
+size_t sotto_model_largest_tensor(const sotto_model *m) { return m->largest_tensor; }
+int sotto_model_is_snapshot(const sotto_model *m) { return m->from_snapshot; }
 
 size_t sotto_model_weight_bytes(const sotto_model *m) {
     size_t s = 0;

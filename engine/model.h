@@ -14,6 +14,7 @@
 #define SOTTO_MODEL_H
 
 #include "mapfile.h"
+#include "policy.h"
 #include "whisper.h"
 
 typedef struct sotto_ln {
@@ -58,6 +59,7 @@ typedef enum sotto_dtype {
     SOTTO_DT_I16,
     SOTTO_DT_I32,
     SOTTO_DT_U8,
+    SOTTO_DT_F8E4M3,
     SOTTO_DT_OTHER
 } sotto_dtype;
 
@@ -82,7 +84,8 @@ typedef struct sotto_slot {
     int is_matrix;      /* stored as sotto_wmat (linear weight) vs plain float */
     int required;
     int filled;
-    sotto_part part;
+    sotto_part part;    /* memory accounting */
+    int policy_part;    /* sotto_policy_part, or -1: always float32 */
     const float **vec;  /* destination for plain float tensors */
     sotto_wmat *mat;    /* destination for linear weights */
 } sotto_slot;
@@ -101,16 +104,21 @@ struct sotto_model {
     const float *conv1_w, *conv1_b, *conv2_w, *conv2_b, *enc_pos;
     sotto_enc_layer *enc;
     sotto_ln enc_ln;
-    /* decoder */
-    const float *tok_emb, *dec_pos;
-    sotto_wmat proj; /* logits projection, tied to tok_emb */
+    /* decoder; the token embedding doubles as the logits projection */
+    sotto_wmat emb;
+    const float *dec_pos;
     sotto_dec_layer *dec;
     sotto_ln dec_ln;
 
     int32_t *default_suppress;
     int n_default_suppress;
 
-    sotto_slot *slots;
+    sotto_policy policy;  /* formats the linear layers are stored in */
+    int from_snapshot;    /* loaded pre-quantized (formats fixed by the file) */
+    size_t load_peak_rss; /* VmHWM after loading, bytes (0 if unknown) */
+    size_t largest_tensor; /* bytes of the largest checkpoint tensor */
+
+    sotto_slot *slots;   /* kept after loading: snapshots are written from it */
     int n_slots;
     void **owned; /* buffers this model allocated */
     int n_owned, cap_owned;
@@ -128,6 +136,12 @@ int sotto_model_alloc_slots(sotto_model *m, sotto_err *err);
 int sotto_model_put(sotto_model *m, const char *name, const sotto_src_tensor *src, int64_t row0,
                     int64_t rows, sotto_err *err);
 
+/* Stores an already quantized weight matrix as canonical tensor `name`.
+ * The buffers of w (in a checkpoint mapping) are copied, or used in place
+ * when aligned and the mapping is kept. `file` names it in errors. */
+int sotto_model_put_quantized(sotto_model *m, const char *name, const sotto_wmat *w,
+                              const char *file, sotto_err *err);
+
 /* Stores a zero vector of the slot's size (absent biases). */
 int sotto_model_put_zeros(sotto_model *m, const char *name, sotto_err *err);
 
@@ -138,5 +152,9 @@ int sotto_model_check_complete(const sotto_model *m, const char *file, sotto_err
  * put every tensor. The model directory's config.json is theirs to read. */
 int sotto_load_ct2(sotto_model *m, const char *dir, sotto_err *err);
 int sotto_load_hf(sotto_model *m, const char *dir, sotto_err *err);
+
+/* Hugging Face name of a canonical tensor ("enc.3.fc1.w" ->
+ * "model.encoder.layers.3.fc1.weight"); 0 or SOTTO_E_NOTFOUND. */
+int sotto_hf_name(const char *canon, char *buf, size_t bufsz);
 
 #endif

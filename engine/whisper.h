@@ -54,6 +54,8 @@ typedef enum sotto_model_format {
 typedef struct sotto_model_params {
     sotto_model_format format; /* AUTO: detected from the files */
     sotto_wfmt weights;        /* storage/compute format of the linear layers */
+    const char *policy;        /* per-part overrides, see policy.h ("encoder=nf4,..."), or NULL */
+    int nf4_double_quant;      /* NF4 absmax stored as 8-bit codes (bitsandbytes' double quant) */
 } sotto_model_params;
 
 typedef struct sotto_model sotto_model;
@@ -74,8 +76,18 @@ int sotto_model_is_multilingual(const sotto_model *model);
  * checkpoint's own list, e.g. CTranslate2's config "suppress_ids"); may be
  * NULL with *n == 0. */
 const int32_t *sotto_model_default_suppress(const sotto_model *model, int *n);
-/* Bytes of weights held in memory. */
+/* Bytes of weights held in memory, in total and per part
+ * (0 encoder, 1 decoder, 2 token embedding / output projection). */
 size_t sotto_model_weight_bytes(const sotto_model *model);
+size_t sotto_model_part_bytes(const sotto_model *model, int part);
+/* The per-part formats in effect ("encoder.attn=nf4,...,embed=q8"). */
+void sotto_model_policy_string(const sotto_model *model, char *buf, size_t bufsz);
+/* Peak resident memory of the process right after loading (VmHWM), and
+ * the largest tensor of the checkpoint, in bytes (0 if unknown). */
+size_t sotto_model_load_peak_rss(const sotto_model *model);
+size_t sotto_model_largest_tensor(const sotto_model *model);
+/* 1 if the model was loaded from a pre-quantized sotto snapshot. */
+int sotto_model_is_snapshot(const sotto_model *model);
 /* "ct2" or "hf". */
 const char *sotto_model_format_name(const sotto_model *model);
 /* The directory it was loaded from. */

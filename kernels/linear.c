@@ -1,22 +1,86 @@
+/* linear.c - the format table and y = x W^T + b for every weight format.
+ *
+ * Two regimes:
+ *  - n <= SOTTO_SKINNY_MAX_N (32) rows of x (decoder steps, short prompts):
+ *    a fused kernel per format streams each weight row once, dequantizing it
+ *    in registers, and dots it with every row of x (linear_{q8,nf4,nvfp4}.c;
+ *    F32 below, up to 16 rows).
+ *  - more rows (encoder, prompts): the weights are dequantized a block of
+ *    rows at a time into a bounded scratch buffer and multiplied with sgemm.
+ * SOTTO_LINEAR_REF=1 in the environment routes everything to the scalar
+ * reference (linear_ref.c).
+ */
 #include "linear.h"
 
-#include "simd.h"
+#include "linear_internal.h"
+#include "linear_ref.h"
+#include "sotto_err.h"
 
 #include <cblas.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
+static const struct {
+    const char *name;
+    int block;
+} fmt_info[SOTTO_WFMT_COUNT] = {
+    [SOTTO_WFMT_F32] = {"f32", 1},  [SOTTO_WFMT_BF16] = {"bf16", 1}, [SOTTO_WFMT_Q8] = {"q8", 32},
+    [SOTTO_WFMT_NF4] = {"nf4", 64}, [SOTTO_WFMT_NVFP4] = {"nvfp4", 16},
+};
+
 const char *sotto_wfmt_name(sotto_wfmt fmt) {
-    switch (fmt) {
-    case SOTTO_WFMT_F32: return "f32";
-    default: return "?";
-    }
+    return (unsigned)fmt < SOTTO_WFMT_COUNT ? fmt_info[fmt].name : "?";
+}
+
+int sotto_wfmt_parse(const char *name, sotto_wfmt *out) {
+    if (!name) return SOTTO_E_INVALID;
+    for (int f = 0; f < SOTTO_WFMT_COUNT; f++)
+        if (strcmp(name, fmt_info[f].name) == 0) {
+            if (out) *out = (sotto_wfmt)f;
+            return 0;
+        }
+    return SOTTO_E_INVALID;
+}
+
+int sotto_wfmt_block(sotto_wfmt fmt) {
+    return (unsigned)fmt < SOTTO_WFMT_COUNT ? fmt_info[fmt].block : 0;
 }
 
 size_t sotto_wfmt_bytes(sotto_wfmt fmt, int32_t rows, int32_t cols) {
+    int block = sotto_wfmt_block(fmt);
+    if (block <= 0 || rows < 0 || cols < 0 || cols % block) return 0;
     size_t n = (size_t)rows * (size_t)cols;
     switch (fmt) {
     case SOTTO_WFMT_F32: return n * sizeof(float);
+    case SOTTO_WFMT_BF16: return n * sizeof(uint16_t);
+    case SOTTO_WFMT_Q8: return n + n / 32 * sizeof(float);
+    case SOTTO_WFMT_NF4: return n / 2 + n / 64 * sizeof(float);
+    case SOTTO_WFMT_NVFP4: return n / 2 + n / 16;
     default: return 0;
+    }
+}
+
+size_t sotto_wmat_bytes(const sotto_wmat *w) {
+    if (w->fmt == SOTTO_WFMT_NF4 && w->nf4_dq) {
+        size_t n = (size_t)w->rows * (size_t)w->cols, nb = n / 64;
+        return n / 2 + nb + (nb + 255) / 256 * sizeof(float) + sizeof(float);
+    }
+    return sotto_wfmt_bytes(w->fmt, w->rows, w->cols);
+}
+
+void sotto_wmat_dequantize_rows(const sotto_wmat *w, int r0, int nr, float *dst) {
+    if (nr <= 0) return;
+    switch (w->fmt) {
+    case SOTTO_WFMT_F32:
+        memcpy(dst, (const float *)w->data + (size_t)r0 * (size_t)w->cols,
+               sizeof(float) * (size_t)nr * (size_t)w->cols);
+        break;
+    case SOTTO_WFMT_BF16: sotto__dequant_bf16(w, r0, nr, dst); break;
+    case SOTTO_WFMT_Q8: sotto__dequant_q8(w, r0, nr, dst); break;
+    case SOTTO_WFMT_NF4: sotto__dequant_nf4(w, r0, nr, dst); break;
+    case SOTTO_WFMT_NVFP4: sotto__dequant_nvfp4(w, r0, nr, dst); break;
+    default: memset(dst, 0, sizeof(float) * (size_t)nr * (size_t)w->cols); break;
     }
 }
 
@@ -28,9 +92,7 @@ static void add_bias(float *y, const float *bias, int n, int rows) {
     }
 }
 
-/* Rows of x at or below this count use the skinny kernel below instead of
- * sgemm, which would repack the whole weight matrix on every call. */
-#define SKINNY_MAX_N 16
+/* ---- f32 ------------------------------------------------------------------------ */
 
 /* Dot products of 4 weight rows with one x row: 4 independent accumulators
  * share each load of x. */
@@ -45,7 +107,8 @@ static inline void dot4(const float *w0, const float *w1, const float *w2, const
         a2 += sotto_load16(w2 + c) * xv;
         a3 += sotto_load16(w3 + c) * xv;
     }
-    float s0 = sotto_hsum16(a0), s1 = sotto_hsum16(a1), s2 = sotto_hsum16(a2), s3 = sotto_hsum16(a3);
+    float s0 = sotto__hsum16_tree(a0), s1 = sotto__hsum16_tree(a1), s2 = sotto__hsum16_tree(a2),
+          s3 = sotto__hsum16_tree(a3);
     for (; c < cols; c++) {
         s0 += w0[c] * x[c];
         s1 += w1[c] * x[c];
@@ -74,30 +137,88 @@ static void linear_f32_skinny(const float *W, int rows, int cols, const float *x
     }
 }
 
-static void linear_f32(const sotto_wmat *w, const float *bias, const float *x, int n, float *y,
-                       float beta) {
-    const float *W = (const float *)w->data;
-    if (n <= SKINNY_MAX_N) {
-        linear_f32_skinny(W, w->rows, w->cols, x, n, y, beta != 0.0f);
-    } else {
+/* ---- many rows of x: dequantize blocks of W, sgemm ------------------------------ */
+
+/* Scratch for one block of dequantized rows: about 2 MiB of floats. */
+#define GEMM_SCRATCH_FLOATS (1 << 19)
+
+static void linear_gemm_blocks(const sotto_wmat *w, const float *x, int n, float *y, float beta) {
+    const int rows = w->rows, cols = w->cols;
+    int nb = GEMM_SCRATCH_FLOATS / (cols > 0 ? cols : 1);
+    nb = nb < 16 ? 16 : nb - nb % 16;
+    if (nb > rows) nb = rows;
+    float *buf = malloc(sizeof(float) * (size_t)nb * (size_t)cols);
+    if (!buf) { /* out of memory: still correct, one row at a time */
+        sotto_linear_ref(w, NULL, x, n, y, beta != 0.0f);
+        return;
+    }
+    for (int j0 = 0; j0 < rows; j0 += nb) {
+        const int jn = rows - j0 < nb ? rows - j0 : nb;
+        const int big = (size_t)jn * (size_t)cols >= 65536;
+#pragma omp parallel for schedule(static) if (big)
+        for (int j = 0; j < jn; j += 8) {
+            int k = jn - j < 8 ? jn - j : 8;
+            sotto_wmat_dequantize_rows(w, j0 + j, k, buf + (size_t)j * cols);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, jn, cols, 1.0f, x, cols, buf, cols,
+                    beta, y + j0, rows);
+    }
+    free(buf);
+}
+
+/* ---- dispatch ---------------------------------------------------------------------- */
+
+static int use_reference(void) {
+    static atomic_int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("SOTTO_LINEAR_REF");
+        v = e && *e && strcmp(e, "0") != 0;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+static void linear_any(const sotto_wmat *w, const float *bias, const float *x, int n, float *y,
+                       int accumulate) {
+    if (n <= 0 || w->rows <= 0) return;
+    if (w->cols <= 0) { /* empty dot products */
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < w->rows; j++) {
+                float *yp = y + (size_t)r * w->rows + j;
+                float v = bias ? bias[j] : 0.0f;
+                *yp = accumulate ? *yp + v : v;
+            }
+        return;
+    }
+    if (use_reference()) {
+        sotto_linear_ref(w, bias, x, n, y, accumulate);
+        return;
+    }
+    if (w->fmt == SOTTO_WFMT_F32 && n > SOTTO_SKINNY_MAX_N_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x, w->cols,
-                    W, w->cols, beta, y, w->rows);
+                    (const float *)w->data, w->cols, accumulate ? 1.0f : 0.0f, y, w->rows);
+    } else if (n > SOTTO_SKINNY_MAX_N) {
+        linear_gemm_blocks(w, x, n, y, accumulate ? 1.0f : 0.0f);
+    } else {
+        switch (w->fmt) {
+        case SOTTO_WFMT_F32:
+            linear_f32_skinny((const float *)w->data, w->rows, w->cols, x, n, y, accumulate);
+            break;
+        case SOTTO_WFMT_BF16: sotto__skinny_bf16(w, x, n, y, accumulate); break;
+        case SOTTO_WFMT_Q8: sotto__skinny_q8(w, x, n, y, accumulate); break;
+        case SOTTO_WFMT_NF4: sotto__skinny_nf4(w, x, n, y, accumulate); break;
+        case SOTTO_WFMT_NVFP4: sotto__skinny_nvfp4(w, x, n, y, accumulate); break;
+        default: return;
+        }
     }
     add_bias(y, bias, n, w->rows);
 }
 
 void sotto_linear(const sotto_wmat *w, const float *bias, const float *x, int n, float *y) {
-    if (n <= 0) return;
-    switch (w->fmt) {
-    case SOTTO_WFMT_F32: linear_f32(w, bias, x, n, y, 0.0f); break;
-    default: break;
-    }
+    linear_any(w, bias, x, n, y, 0);
 }
 
 void sotto_linear_acc(const sotto_wmat *w, const float *bias, const float *x, int n, float *y) {
-    if (n <= 0) return;
-    switch (w->fmt) {
-    case SOTTO_WFMT_F32: linear_f32(w, bias, x, n, y, 1.0f); break;
-    default: break;
-    }
+    linear_any(w, bias, x, n, y, 1);
 }

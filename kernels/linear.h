@@ -4,9 +4,28 @@
  * features, cols = input features, PyTorch nn.Linear layout). It does not
  * own its memory: the model that built it does.
  *
- * Formats: SOTTO_WFMT_F32 is the reference (BLAS sgemm). Further formats
- * (bf16, q8, nf4, nvfp4) plug into the same table with a scalar reference
- * and optimised variants.
+ * Storage per format (all row-major; blocks run along cols, i.e. along the
+ * input dimension, and never straddle rows, so cols must be a multiple of
+ * the block size):
+ *
+ *   F32    data: float[rows][cols]
+ *   BF16   data: uint16[rows][cols] (bfloat16 bits)
+ *   Q8     data: int8[rows][cols]; scales: float[rows][cols/32];
+ *          value = q * scale (symmetric, scale = absmax / 127)
+ *   NF4    data: uint8[rows*cols/2], bitsandbytes order: element 2i in the
+ *          HIGH nibble of byte i, element 2i+1 in the low nibble;
+ *          scales: float absmax[rows*cols/64]; value = NF4_CODE[q] * absmax.
+ *          With double quantization (nf4_dq non-NULL), the absmax values
+ *          are stored as uint8 codes of bitsandbytes' 8-bit dynamic map in
+ *          blocks of 256 absmax values with one float scale each and one
+ *          float offset: absmax = DYN8[code] * nested_absmax[b / 256] + offset.
+ *   NVFP4  data: uint8[rows][cols/2], compressed-tensors order: element 2i
+ *          in the LOW nibble, 2i+1 in the high nibble, each an E2M1 code
+ *          (sign bit 3, magnitude index into {0,.5,1,1.5,2,3,4,6});
+ *          scales: uint8[rows][cols/16] FP8 E4M3 codes;
+ *          value = E2M1[q] * E4M3[scale] * global_scale.
+ *          (global_scale is the multiplier; compressed-tensors stores its
+ *          reciprocal as weight_global_scale.)
  */
 #ifndef SOTTO_LINEAR_H
 #define SOTTO_LINEAR_H
@@ -16,28 +35,53 @@
 
 typedef enum sotto_wfmt {
     SOTTO_WFMT_F32 = 0,
+    SOTTO_WFMT_BF16,
+    SOTTO_WFMT_Q8,
+    SOTTO_WFMT_NF4,
+    SOTTO_WFMT_NVFP4,
     SOTTO_WFMT_COUNT
 } sotto_wfmt;
+
+/* Double-quantized NF4 absmax (see above). */
+typedef struct sotto_nf4_dq {
+    const uint8_t *codes;        /* [n_blocks] */
+    const float *nested_absmax;  /* [ceil(n_blocks / 256)] */
+    float offset;
+} sotto_nf4_dq;
 
 typedef struct sotto_wmat {
     sotto_wfmt fmt;
     int32_t rows; /* output features */
     int32_t cols; /* input features */
     const void *data;
+    const void *scales;         /* Q8, NF4 (absmax, unless nf4_dq), NVFP4 */
+    const sotto_nf4_dq *nf4_dq; /* NF4 double quantization, or NULL */
+    float global_scale;         /* NVFP4 */
 } sotto_wmat;
 
-/* Name of a format ("f32", ...). */
+/* Name of a format ("f32", "bf16", "q8", "nf4", "nvfp4"); parse the reverse. */
 const char *sotto_wfmt_name(sotto_wfmt fmt);
+int sotto_wfmt_parse(const char *name, sotto_wfmt *out); /* 0 or SOTTO_E_INVALID */
 
-/* Bytes used by a rows x cols matrix in format fmt. */
+/* Block size along cols (1 for f32/bf16, 32 q8, 64 nf4, 16 nvfp4). */
+int sotto_wfmt_block(sotto_wfmt fmt);
+
+/* Bytes used by a rows x cols matrix in format fmt (data + scales, without
+ * double quantization). 0 if cols is not a multiple of the block. */
 size_t sotto_wfmt_bytes(sotto_wfmt fmt, int32_t rows, int32_t cols);
 
+/* Bytes actually held by w (data + scales + double-quantization tables). */
+size_t sotto_wmat_bytes(const sotto_wmat *w);
+
 /* y[n][rows] = x[n][cols] * W^T + bias (bias may be NULL). x and y must not
- * overlap. Uses the BLAS thread pool; safe to call from several threads at
- * once on the same W. */
+ * overlap. Uses the thread pool; safe to call from several threads at once
+ * on the same W. */
 void sotto_linear(const sotto_wmat *w, const float *bias, const float *x, int n, float *y);
 
 /* y[n][rows] += x[n][cols] * W^T (+ bias): accumulate into y (residual add). */
 void sotto_linear_acc(const sotto_wmat *w, const float *bias, const float *x, int n, float *y);
+
+/* Dequantizes rows [r0, r0 + nr) of W into dst[nr][cols]. */
+void sotto_wmat_dequantize_rows(const sotto_wmat *w, int r0, int nr, float *dst);
 
 #endif

@@ -1290,7 +1290,7 @@ static const float *loaded(const sotto_model *m, const char *canon) {
     if (strcmp(canon, "enc.conv1.w") == 0) return m->conv1_w;
     if (strcmp(canon, "enc.conv2.w") == 0) return m->conv2_w;
     if (strcmp(canon, "enc.pos") == 0) return m->enc_pos;
-    if (strcmp(canon, "dec.emb") == 0) return m->tok_emb;
+    if (strcmp(canon, "dec.emb") == 0) return m->emb.data;
     if (strcmp(canon, "dec.pos") == 0) return m->dec_pos;
     if (strcmp(canon, "enc.0.q.w") == 0) return m->enc[0].q.w.data;
     if (strcmp(canon, "enc.0.k.w") == 0) return m->enc[0].k.w.data;

@@ -41,7 +41,7 @@ static void test_linear(void) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int rows = shapes[si][0], cols = shapes[si][1];
         float *W = rand_vec((size_t)rows * cols, 1.0f), *b = rand_vec((size_t)rows, 1.0f);
-        sotto_wmat w = {SOTTO_WFMT_F32, rows, cols, W};
+        sotto_wmat w = {.fmt = SOTTO_WFMT_F32, .rows = rows, .cols = cols, .data = W};
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             int n = ns[ni];
             float *x = rand_vec((size_t)n * cols, 1.0f);

@@ -1,0 +1,57 @@
+/* policy.h - which storage format each part of a Whisper model gets.
+ *
+ * Parts: the linear layers of the encoder's attention and MLP, of the
+ * decoder's self-attention, cross-attention and MLP, and the token
+ * embedding (tied with the output projection). Convolutions, positional
+ * embeddings, layer norms and biases always stay float32.
+ *
+ * Defaults for `--weights W` follow what is known about 4-bit Whisper
+ * (../shared/BACKGROUND.md): every linear layer in W, the embedding in W
+ * when W has 8 bits or more, else Q8 (a 4-bit embedding broke language
+ * detection on whisper-tiny).
+ *
+ * Overrides are a comma-separated list of part=format, e.g.
+ *   "encoder=nvfp4,decoder=bf16"  "decoder.mlp=q8,embed=bf16"  "all=nf4"
+ * Keys: all, encoder, decoder, encoder.attn, encoder.mlp, decoder.attn,
+ * decoder.cross, decoder.mlp, embed. More specific keys win over general
+ * ones whatever their order ("all" does not touch embed).
+ */
+#ifndef SOTTO_POLICY_H
+#define SOTTO_POLICY_H
+
+#include "linear.h"
+#include "sotto_err.h"
+
+typedef enum sotto_policy_part {
+    SOTTO_POLICY_ENC_ATTN = 0,
+    SOTTO_POLICY_ENC_MLP,
+    SOTTO_POLICY_DEC_ATTN,
+    SOTTO_POLICY_DEC_CROSS,
+    SOTTO_POLICY_DEC_MLP,
+    SOTTO_POLICY_EMBED,
+    SOTTO_POLICY_COUNT
+} sotto_policy_part;
+
+typedef struct sotto_policy {
+    sotto_wfmt fmt[SOTTO_POLICY_COUNT];
+} sotto_policy;
+
+/* The defaults for one weight format. */
+sotto_policy sotto_policy_default(sotto_wfmt weights);
+
+/* Applies overrides ("encoder=nvfp4,...") on top of *p. NULL/"" is a no-op. */
+int sotto_policy_apply(sotto_policy *p, const char *overrides, sotto_err *err);
+
+/* Part of a canonical tensor name ("enc.3.fc1.w" -> ENC_MLP); -1 for
+ * tensors that are always float32. */
+int sotto_policy_part_of(const char *canon_name);
+
+const char *sotto_policy_part_name(sotto_policy_part part);
+
+/* "encoder.attn=nf4,encoder.mlp=nf4,...,embed=q8" into buf. */
+void sotto_policy_format(const sotto_policy *p, char *buf, size_t bufsz);
+
+/* 1 if some part is stored below 8 bits. */
+int sotto_policy_has_4bit(const sotto_policy *p);
+
+#endif

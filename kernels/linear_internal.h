@@ -1,0 +1,185 @@
+/* linear_internal.h - what the per-format matmul files share (not a public
+ * header: the engine includes linear.h and quant.h only).
+ *
+ * Kernels for x with few rows ("skinny", n <= SOTTO_SKINNY_MAX_N: decoder
+ * steps) stream each quantized weight row once and dequantize it in
+ * registers, a chunk of 32 or 64 columns at a time. A chunk decodes to 2 or
+ * 4 vectors of 16 floats; for the 4-bit formats those hold the elements in
+ * the order the nibbles come (no interleaving in registers) and x is
+ * permuted the same way once per call. Columns past the last full chunk
+ * (only bf16 and nvfp4 can have them) go through sotto__wmat_get.
+ */
+#ifndef SOTTO_LINEAR_INTERNAL_H
+#define SOTTO_LINEAR_INTERNAL_H
+
+#include "linear.h"
+#include "quant.h"
+#include "simd.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Up to this many rows of x, the fused kernels beat dequantize + sgemm
+ * (measured, 1 thread, AVX-512, OpenBLAS 0.3.21 SkylakeX kernels: at
+ * n = 17 the fused NF4 kernel takes half the time, at 32 about 0.8x, at 64
+ * 1.1-1.4x). F32 has no decoding to save and keeps its threshold of 16. */
+#ifndef SOTTO_SKINNY_MAX_N
+#define SOTTO_SKINNY_MAX_N 32
+#endif
+#define SOTTO_SKINNY_MAX_N_F32 16
+
+/* Tables defined in quant.c. */
+extern const float sotto_e4m3_table[256]; /* all FP8 E4M3FN values by code */
+extern const float sotto_e2m1_table[16];  /* signed E2M1 values by 4-bit code */
+
+/* a * b + c rounded twice (product, then sum), never fused into an FMA
+ * whatever -ffp-contract says: bitsandbytes computes the double-quantized
+ * absmax as two float operations, and we match it bit for bit. */
+static inline float sotto__mul_add_unfused(float a, float b, float c) {
+    float p = a * b;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __asm__("" : "+x"(p));
+#elif defined(__GNUC__) && defined(__aarch64__)
+    __asm__("" : "+w"(p));
+#else
+    volatile float vp = p;
+    p = vp;
+#endif
+    return p + c;
+}
+
+/* Sum of the 16 lanes as a tree (the scalar chain in simd.h costs ~16 add
+ * latencies, which the skinny kernels would pay once per output). */
+static inline float sotto__hsum16_tree(sotto_v16f v) {
+    typedef float v8f __attribute__((vector_size(32)));
+    typedef float v4f __attribute__((vector_size(16)));
+    v8f lo8, hi8;
+    memcpy(&lo8, &v, sizeof lo8);
+    memcpy(&hi8, (const char *)&v + sizeof lo8, sizeof hi8);
+    lo8 += hi8;
+    v4f lo4, hi4;
+    memcpy(&lo4, &lo8, sizeof lo4);
+    memcpy(&hi4, (const char *)&lo8 + sizeof lo4, sizeof hi4);
+    lo4 += hi4;
+    return (lo4[0] + lo4[2]) + (lo4[1] + lo4[3]);
+}
+
+/* absmax of NF4 block b (flat index over the whole matrix). */
+static inline float sotto__nf4_absmax(const sotto_wmat *w, size_t b) {
+    const sotto_nf4_dq *dq = w->nf4_dq;
+    if (!dq) return ((const float *)w->scales)[b];
+    return sotto__mul_add_unfused(sotto_dyn8_code[dq->codes[b]], dq->nested_absmax[b / 256],
+                                  dq->offset);
+}
+
+/* NVFP4 block multiplier: E4M3 scale times the global scale. */
+static inline float sotto__nvfp4_scale(const sotto_wmat *w, size_t b) {
+    return sotto_e4m3_table[((const uint8_t *)w->scales)[b]] * w->global_scale;
+}
+
+/* Value of element (row, col) of W, decoded one at a time (linear_ref.c). */
+float sotto__wmat_get(const sotto_wmat *w, size_t row, int col);
+
+/* x [n][cols] -> dst [n][cols] with every full 32-column chunk reordered as
+ * its 16 even then its 16 odd elements; the tail is copied as is. */
+void sotto__permute_x(const float *x, int n, int cols, float *dst);
+
+/* Skinny kernels: y[r][j] (=|+=) W[j] . x[r] for any n (used for n <= SOTTO_SKINNY_MAX_N),
+ * OpenMP-parallel over output rows. No bias. */
+void sotto__skinny_bf16(const sotto_wmat *w, const float *x, int n, float *y, int accumulate);
+void sotto__skinny_q8(const sotto_wmat *w, const float *x, int n, float *y, int accumulate);
+void sotto__skinny_nf4(const sotto_wmat *w, const float *x, int n, float *y, int accumulate);
+void sotto__skinny_nvfp4(const sotto_wmat *w, const float *x, int n, float *y, int accumulate);
+
+/* Row dequantizers (rows [r0, r0 + nr) into dst[nr][cols]), exact. */
+void sotto__dequant_bf16(const sotto_wmat *w, int r0, int nr, float *dst);
+void sotto__dequant_q8(const sotto_wmat *w, int r0, int nr, float *dst);
+void sotto__dequant_nf4(const sotto_wmat *w, int r0, int nr, float *dst);
+void sotto__dequant_nvfp4(const sotto_wmat *w, int r0, int nr, float *dst);
+
+/* The driver shared by the skinny kernels. A chunk is 16 * NV columns;
+ * DECODE(w, row, c, wv) sets the NV vectors of chunk c of weight row `row`,
+ * in the order that PERMFN (when PERMUTE is non-zero) gives the chunks of x
+ * once per call. Each tile is 4 weight rows by NR <= 4 rows of x; NR is a
+ * constant at each call, so the accumulators stay in registers (two per
+ * output when NR <= 2, for more independent FMA chains). */
+#define SOTTO__SKINNY_TILE(NAME, DECODE, NV)                                                     \
+    static inline __attribute__((always_inline)) void NAME(                                    \
+        const sotto_wmat *w, int j0, int jn, const float *xs, const float *xn, int r0,         \
+        const int NR, float *y, int accumulate) {                                              \
+        const int cols = w->cols, nc = cols / (16 * (NV)), rows = w->rows;                     \
+        const int NA = NR <= 2 ? 2 : 1;                                                        \
+        sotto_v16f s[4][4][2];                                                                 \
+        size_t wr[4];                                                                          \
+        for (int k = 0; k < 4; k++) {                                                          \
+            wr[k] = (size_t)j0 + (size_t)(k < jn ? k : 0);                                     \
+            for (int r = 0; r < NR; r++)                                                       \
+                for (int a = 0; a < NA; a++) s[k][r][a] = (sotto_v16f){0};                     \
+        }                                                                                      \
+        for (int c = 0; c < nc; c++) {                                                         \
+            sotto_v16f xv[4][NV];                                                              \
+            for (int r = 0; r < NR; r++)                                                       \
+                for (int v = 0; v < (NV); v++)                                                 \
+                    xv[r][v] = sotto_load16(xs + (size_t)(r0 + r) * cols +                     \
+                                            (size_t)c * 16 * (NV) + 16 * v);                   \
+            for (int k = 0; k < 4; k++) {                                                      \
+                sotto_v16f wv[NV];                                                             \
+                DECODE(w, wr[k], c, wv);                                                       \
+                for (int v = 0; v < (NV); v++)                                                 \
+                    for (int r = 0; r < NR; r++) s[k][r][v % NA] += wv[v] * xv[r][v];          \
+            }                                                                                  \
+        }                                                                                      \
+        for (int k = 0; k < jn; k++)                                                           \
+            for (int r = 0; r < NR; r++) {                                                     \
+                sotto_v16f t = s[k][r][0];                                                     \
+                if (NA == 2) t += s[k][r][1];                                                  \
+                float val = sotto__hsum16_tree(t);                                                   \
+                const float *xr = xn + (size_t)(r0 + r) * cols;                                \
+                for (int col = nc * 16 * (NV); col < cols; col++)                              \
+                    val += sotto__wmat_get(w, wr[k], col) * xr[col];                           \
+                float *yp = y + (size_t)(r0 + r) * rows + j0 + k;                              \
+                *yp = accumulate ? *yp + val : val;                                            \
+            }                                                                                  \
+    }
+
+/* Defines `void FN(w, x, n, y, accumulate)` from a tile function; PERMFN
+ * (x, n, cols, dst) reorders x when PERMUTE is non-zero. */
+#define SOTTO__SKINNY_DRIVER(FN, TILE, PERMUTE, PERMFN)                                        \
+    void FN(const sotto_wmat *w, const float *x, int n, float *y, int accumulate) {            \
+        const int rows = w->rows, cols = w->cols;                                              \
+        float *xp = NULL;                                                                      \
+        const float *xs = x;                                                                   \
+        if (PERMUTE) {                                                                         \
+            xp = malloc(sizeof(float) * (size_t)n * (size_t)cols);                             \
+            if (!xp) { /* out of memory: the slow exact way */                                 \
+                for (int r = 0; r < n; r++)                                                    \
+                    for (int j = 0; j < rows; j++) {                                           \
+                        float v = 0.0f;                                                        \
+                        for (int c = 0; c < cols; c++)                                         \
+                            v += sotto__wmat_get(w, (size_t)j, c) * x[(size_t)r * cols + c];   \
+                        float *yp = y + (size_t)r * rows + j;                                  \
+                        *yp = accumulate ? *yp + v : v;                                        \
+                    }                                                                          \
+                return;                                                                        \
+            }                                                                                  \
+            PERMFN(x, n, cols, xp);                                                            \
+            xs = xp;                                                                           \
+        }                                                                                      \
+        const int big = (size_t)rows * (size_t)cols >= 65536;                                  \
+        _Pragma("omp parallel for schedule(static) if (big)")                                  \
+        for (int j0 = 0; j0 < rows; j0 += 4) {                                                 \
+            int jn = rows - j0 < 4 ? rows - j0 : 4;                                            \
+            for (int r0 = 0; r0 < n; r0 += 4) {                                                \
+                switch (n - r0) {                                                              \
+                case 1: TILE(w, j0, jn, xs, x, r0, 1, y, accumulate); break;                   \
+                case 2: TILE(w, j0, jn, xs, x, r0, 2, y, accumulate); break;                   \
+                case 3: TILE(w, j0, jn, xs, x, r0, 3, y, accumulate); break;                   \
+                default: TILE(w, j0, jn, xs, x, r0, 4, y, accumulate); break;                  \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        free(xp);                                                                              \
+    }
+
+#endif

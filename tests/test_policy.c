@@ -1,0 +1,121 @@
+/* test_policy.c - per-part weight formats: defaults, overrides and their
+ * precedence, errors, tensor-to-part mapping; and quantized loads of the
+ * real tiny.en through the engine API (formats per part, bytes, the
+ * refusal of formats that do not fit). */
+#include "check.h"
+#include "model.h"
+#include "policy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void test_defaults_and_overrides(void) {
+    sotto_policy p = sotto_policy_default(SOTTO_WFMT_NF4);
+    for (int i = 0; i < SOTTO_POLICY_EMBED; i++) CHECK(p.fmt[i] == SOTTO_WFMT_NF4);
+    CHECK(p.fmt[SOTTO_POLICY_EMBED] == SOTTO_WFMT_Q8); /* embedding stays >= 8 bits */
+    CHECK(sotto_policy_has_4bit(&p));
+    p = sotto_policy_default(SOTTO_WFMT_BF16);
+    CHECK(p.fmt[SOTTO_POLICY_EMBED] == SOTTO_WFMT_BF16 && !sotto_policy_has_4bit(&p));
+
+    sotto_err err;
+    p = sotto_policy_default(SOTTO_WFMT_F32);
+    /* specific keys win whatever their order */
+    CHECK(sotto_policy_apply(&p, "decoder.mlp=q8,decoder=nvfp4,all=bf16", &err) == 0);
+    CHECK(p.fmt[SOTTO_POLICY_ENC_ATTN] == SOTTO_WFMT_BF16);
+    CHECK(p.fmt[SOTTO_POLICY_ENC_MLP] == SOTTO_WFMT_BF16);
+    CHECK(p.fmt[SOTTO_POLICY_DEC_ATTN] == SOTTO_WFMT_NVFP4);
+    CHECK(p.fmt[SOTTO_POLICY_DEC_CROSS] == SOTTO_WFMT_NVFP4);
+    CHECK(p.fmt[SOTTO_POLICY_DEC_MLP] == SOTTO_WFMT_Q8);
+    CHECK(p.fmt[SOTTO_POLICY_EMBED] == SOTTO_WFMT_F32); /* "all" leaves the embedding */
+    CHECK(sotto_policy_apply(&p, "embed=nf4", &err) == 0 && p.fmt[SOTTO_POLICY_EMBED] == SOTTO_WFMT_NF4);
+    CHECK(sotto_policy_apply(&p, NULL, &err) == 0 && sotto_policy_apply(&p, "", &err) == 0);
+
+    char buf[256];
+    sotto_policy_format(&p, buf, sizeof buf);
+    CHECK_STR(buf, "encoder.attn=bf16,encoder.mlp=bf16,decoder.attn=nvfp4,decoder.cross=nvfp4,"
+                   "decoder.mlp=q8,embed=nf4");
+    /* the printed form parses back to the same policy */
+    sotto_policy r = sotto_policy_default(SOTTO_WFMT_F32);
+    CHECK(sotto_policy_apply(&r, buf, &err) == 0 && memcmp(&r, &p, sizeof r) == 0);
+
+    const char *bad[] = {"encoder", "encoder=", "encoder=int3", "tail=nf4", "=nf4", "encoder=nf4,,"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sotto_policy q = sotto_policy_default(SOTTO_WFMT_F32);
+        int rc = sotto_policy_apply(&q, bad[i], &err);
+        CHECK_MSG(rc == SOTTO_E_INVALID && err.msg[0], "'%s' accepted", bad[i]);
+    }
+}
+
+static void test_parts(void) {
+    CHECK_EQ_INT(sotto_policy_part_of("enc.3.q.w"), SOTTO_POLICY_ENC_ATTN);
+    CHECK_EQ_INT(sotto_policy_part_of("enc.0.fc2.w"), SOTTO_POLICY_ENC_MLP);
+    CHECK_EQ_INT(sotto_policy_part_of("dec.1.o.w"), SOTTO_POLICY_DEC_ATTN);
+    CHECK_EQ_INT(sotto_policy_part_of("dec.1.ck.w"), SOTTO_POLICY_DEC_CROSS);
+    CHECK_EQ_INT(sotto_policy_part_of("dec.12.fc1.w"), SOTTO_POLICY_DEC_MLP);
+    CHECK_EQ_INT(sotto_policy_part_of("dec.emb"), SOTTO_POLICY_EMBED);
+    const char *dense[] = {"enc.conv1.w", "enc.pos", "dec.pos", "enc.0.q.b", "dec.0.attn_ln.g",
+                           "enc.ln.g", "enc.0.cq.w", "dec.0.fc1.wx"};
+    for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
+        CHECK_MSG(sotto_policy_part_of(dense[i]) == -1, "%s is not dense", dense[i]);
+}
+
+static sotto_model *load(const char *dir, sotto_wfmt w, const char *policy, int dq, sotto_err *err) {
+    sotto_model_params p = sotto_model_default_params();
+    p.weights = w;
+    p.policy = policy;
+    p.nf4_double_quant = dq;
+    return sotto_model_load(dir, &p, err);
+}
+
+static void test_loads(const char *dir) {
+    sotto_err err;
+    sotto_model *f32 = load(dir, SOTTO_WFMT_F32, NULL, 0, &err);
+    CHECK_MSG(f32 != NULL, "%s", err.msg);
+    if (!f32) return;
+    size_t full = sotto_model_weight_bytes(f32);
+    const sotto_wfmt fmts[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4};
+    for (size_t i = 0; i < 4; i++) {
+        sotto_model *m = load(dir, fmts[i], NULL, 0, &err);
+        CHECK_MSG(m != NULL, "%s: %s", sotto_wfmt_name(fmts[i]), err.msg);
+        if (!m) continue;
+        /* every linear layer holds the format asked for */
+        int ok = 1;
+        for (int l = 0; l < m->hp.n_audio_layer; l++)
+            ok &= m->enc[l].q.w.fmt == fmts[i] && m->enc[l].fc2.w.fmt == fmts[i];
+        for (int l = 0; l < m->hp.n_text_layer; l++)
+            ok &= m->dec[l].ck.w.fmt == fmts[i] && m->dec[l].fc1.w.fmt == fmts[i];
+        CHECK_MSG(ok, "%s: a layer holds another format", sotto_wfmt_name(fmts[i]));
+        sotto_wfmt emb = fmts[i] == SOTTO_WFMT_BF16 ? SOTTO_WFMT_BF16 : SOTTO_WFMT_Q8;
+        CHECK(m->emb.fmt == emb);
+        size_t b = sotto_model_weight_bytes(m);
+        double ratio = (double)b / (double)full;
+        CHECK_MSG(ratio < (fmts[i] == SOTTO_WFMT_BF16 ? 0.55 : fmts[i] == SOTTO_WFMT_Q8 ? 0.33 : 0.26),
+                  "%s holds %.0f%% of the f32 bytes", sotto_wfmt_name(fmts[i]), 100 * ratio);
+        CHECK(sotto_model_part_bytes(m, 0) + sotto_model_part_bytes(m, 1) +
+                  sotto_model_part_bytes(m, 2) == b);
+        CHECK(sotto_model_load_peak_rss(m) > 0 && sotto_model_largest_tensor(m) > 0);
+        sotto_model_free(m);
+    }
+    /* mixed policy + double quantization */
+    sotto_model *m = load(dir, SOTTO_WFMT_NF4, "decoder=q8,embed=bf16", 1, &err);
+    CHECK_MSG(m != NULL, "%s", err.msg);
+    if (m) {
+        CHECK(m->enc[0].fc1.w.fmt == SOTTO_WFMT_NF4 && m->enc[0].fc1.w.nf4_dq != NULL);
+        CHECK(m->dec[0].fc1.w.fmt == SOTTO_WFMT_Q8 && m->emb.fmt == SOTTO_WFMT_BF16);
+        sotto_model_free(m);
+    }
+    /* a bad policy fails the load with its message */
+    m = load(dir, SOTTO_WFMT_F32, "encoder=int2", 0, &err);
+    CHECK(m == NULL && err.code == SOTTO_E_INVALID && strstr(err.msg, "int2"));
+    sotto_model_free(f32);
+}
+
+int main(void) {
+    test_defaults_and_overrides();
+    test_parts();
+    const char *src = getenv("SOTTO_SOURCE_DIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/models/tiny.en", src ? src : ".");
+    test_loads(dir);
+    return check_report();
+}
