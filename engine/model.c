@@ -423,7 +423,7 @@ int sotto_model_put_quantized(sotto_model *m, const char *name, const sotto_wmat
     /* A checkpoint that comes quantized (llm-compressor NVFP4, bitsandbytes
      * NF4) sets the format of its part unless the caller asked for formats
      * or a snapshot recipe fixed them; then the two must agree. */
-    int asked = m->params.weights != SOTTO_WFMT_F32 || (m->params.policy && *m->params.policy);
+    int asked = sotto_model_formats_asked(m);
     if (s->policy_part < 0)
         return sotto_err_set(err, SOTTO_E_FORMAT, "%s: %s must be dense, it is %s", file, name,
                              sotto_wfmt_name(w->fmt));
@@ -615,8 +615,12 @@ sotto_model_params sotto_model_default_params(void) {
     sotto_model_params p;
     memset(&p, 0, sizeof p);
     p.format = SOTTO_MODEL_FORMAT_AUTO;
-    p.weights = SOTTO_WFMT_F32;
+    p.weights = SOTTO_WFMT_DEFAULT;
     return p;
+}
+
+int sotto_model_formats_asked(const sotto_model *m) {
+    return m->params.weights != SOTTO_WFMT_DEFAULT || (m->params.policy && *m->params.policy);
 }
 
 sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params, sotto_err *err) {
@@ -650,11 +654,11 @@ sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params,
             goto fail;
         }
     }
-    if (p.weights < 0 || p.weights >= SOTTO_WFMT_COUNT) {
+    if (p.weights != SOTTO_WFMT_DEFAULT && ((int)p.weights < 0 || p.weights >= SOTTO_WFMT_COUNT)) {
         sotto_err_set(err, SOTTO_E_INVALID, "unknown weight format %d", (int)p.weights);
         goto fail;
     }
-    m->policy = sotto_policy_default(p.weights);
+    m->policy = sotto_policy_default(p.weights == SOTTO_WFMT_DEFAULT ? SOTTO_WFMT_F32 : p.weights);
     if (sotto_policy_apply(&m->policy, p.policy, err)) goto fail;
     m->tok = sotto_tokenizer_load_dir(dir, err);
     if (!m->tok) goto fail;

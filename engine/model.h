@@ -127,6 +127,10 @@ struct sotto_model {
     int borrows_map;
 };
 
+/* 1 if the caller chose formats (--weights or --policy), which a
+ * pre-quantized checkpoint must then match. */
+int sotto_model_formats_asked(const sotto_model *m);
+
 /* Creates the slot table for m->hp (after the reader filled it). */
 int sotto_model_alloc_slots(sotto_model *m, sotto_err *err);
 

@@ -48,7 +48,7 @@ int sotto_snapshot_read_recipe(sotto_model *m, const char *dir, cJSON **recipe, 
         return sotto_err_set(err, rc, "%s: %s", path, err ? err->msg : "bad policy");
     }
     /* the caller's request, if any, must be what the snapshot holds */
-    int asked = m->params.weights != SOTTO_WFMT_F32 || (m->params.policy && *m->params.policy);
+    int asked = sotto_model_formats_asked(m);
     if (asked && memcmp(&p, &m->policy, sizeof p) != 0) {
         char have[256], want[256];
         sotto_policy_format(&p, have, sizeof have);

@@ -51,9 +51,13 @@ typedef enum sotto_model_format {
     SOTTO_MODEL_FORMAT_HF    /* Hugging Face: model.safetensors + config.json */
 } sotto_model_format;
 
+/* sotto_model_params.weights when the caller does not choose: float32
+ * for dense checkpoints, the stored formats for quantized ones. */
+#define SOTTO_WFMT_DEFAULT ((sotto_wfmt)-1)
+
 typedef struct sotto_model_params {
     sotto_model_format format; /* AUTO: detected from the files */
-    sotto_wfmt weights;        /* storage/compute format of the linear layers */
+    sotto_wfmt weights;        /* format of the linear layers, or SOTTO_WFMT_DEFAULT */
     const char *policy;        /* per-part overrides, see policy.h ("encoder=nf4,..."), or NULL */
     int nf4_double_quant;      /* NF4 absmax stored as 8-bit codes (bitsandbytes' double quant) */
 } sotto_model_params;
