@@ -37,15 +37,22 @@ int main(int argc, char **argv) {
     sotto_blas_check_coretype(argv);
     const char *model_dir = "models/tiny.en";
     int threads = 0, reps = 3, streams = 8, steps = 32;
+    sotto_model_params mp = sotto_model_default_params();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model_dir = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--streams") && i + 1 < argc) streams = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--weights") && i + 1 < argc) {
+            if (sotto_wfmt_parse(argv[++i], &mp.weights)) {
+                fprintf(stderr, "bench_engine: unknown weight format %s\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--policy") && i + 1 < argc) mp.policy = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_engine [--model DIR] [--threads N] [--reps N] "
-                            "[--streams N] [--steps N]\n");
+            fprintf(stderr, "usage: bench_engine [--model DIR] [--weights F] [--policy P] "
+                            "[--threads N] [--reps N] [--streams N] [--steps N]\n");
             return 2;
         }
     }
@@ -57,7 +64,6 @@ int main(int argc, char **argv) {
     sotto_err err;
     sotto_err_clear(&err);
     double t0 = now_ms();
-    sotto_model_params mp = sotto_model_default_params();
     sotto_model *m = sotto_model_load(model_dir, &mp, &err);
     if (!m) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
@@ -149,9 +155,11 @@ int main(int argc, char **argv) {
         }
         t_step[k] = median(v, steps);
     }
+    char policy[512];
+    sotto_model_policy_string(m, policy, sizeof policy);
     printf("model %s: %d mels, width %d, %d+%d layers, vocab %d, weights %.1f MB (%s)\n",
            model_dir, hp->n_mels, hp->n_audio_state, hp->n_audio_layer, hp->n_text_layer,
-           hp->n_vocab, sotto_model_weight_bytes(m) / 1e6, "f32");
+           hp->n_vocab, sotto_model_weight_bytes(m) / 1e6, policy);
     printf("threads %d, BLAS core %s, medians of %d reps / %d steps\n", threads,
            sotto_blas_corename(), reps, steps);
     printf("| stage | ms |\n|---|---|\n");

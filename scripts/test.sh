@@ -78,6 +78,7 @@ if [ "$only_unit" -eq 0 ]; then
     run "transcripts vs faster-whisper (tiny.en)" "$py" "$R/test_reference.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "Hugging Face loader" "$py" "$R/test_hf_loader.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "multilingual (base)" "$py" "$R/test_multilingual.py" --sotto "$S" --model models/base --manifest "$manifest"
+    run "quantized weights (tiny.en)" "$py" "$R/test_quant.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
   fi
 fi
 
