@@ -525,3 +525,119 @@ int sotto_detect_language(const sotto_model *m, sotto_workspace *ws, sotto_state
     free(logits);
     return rc;
 }
+
+/* ---- batched greedy ---------------------------------------------------------- */
+
+typedef struct batch_row {
+    rules R;
+    layout L;
+    sotto_generate_opts o; /* per-row copy: suppress_begin may be cleared */
+    int32_t *gen;
+    int n;
+    float cum;
+    int done, ended;
+} batch_row;
+
+int sotto_generate_greedy_batch(const sotto_model *m, sotto_workspace *ws, sotto_gen_job *jobs,
+                                int n, const sotto_generate_opts *o, sotto_err *err) {
+    const sotto_special_tokens *sp = sotto_model_special(m);
+    const int V = sotto_model_hparams(m)->n_vocab;
+    int rc = SOTTO_OK;
+    batch_row *rows = calloc((size_t)(n > 0 ? n : 1), sizeof *rows);
+    float *lg = malloc(sizeof(float) * (size_t)V * (size_t)(n + 2)); /* n rows + 2 scratch */
+    sotto_state **sts = malloc(sizeof *sts * (size_t)(n > 0 ? n : 1));
+    int *seqs = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    int *which = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (!rows || !lg || !sts || !seqs || !toks || !which) {
+        rc = sotto_err_set(err, SOTTO_E_NOMEM, "out of memory in batched decoding");
+        goto done;
+    }
+    /* prompts, one job at a time (their lengths differ) */
+    for (int i = 0; i < n; i++) {
+        sotto_gen_job *j = &jobs[i];
+        batch_row *r = &rows[i];
+        memset(&j->res, 0, sizeof j->res);
+        j->status = SOTTO_OK;
+        r->done = 1;
+        r->o = *o;
+        r->o.max_new_tokens = j->max_new_tokens;
+        sotto_err jerr;
+        int jrc = plan(m, j->prompt, j->n_prompt, &r->o, &r->L, &jerr);
+        if (jrc == SOTTO_OK && r->L.n_prefix > 0) r->o.n_suppress_begin = 0;
+        r->R = (rules){sp, &r->o, V, r->L.timestamps, r->L.n_prefix > 0, 0};
+        r->R.max_initial_id = sp->timestamp_begin + (int)lroundf(o->max_initial_timestamp / 0.02f);
+        if (r->R.max_initial_id > sp->timestamp_end) r->R.max_initial_id = sp->timestamp_end;
+        if (jrc == SOTTO_OK) jrc = sotto_state_seq_truncate(j->st, 0, 0);
+        int want[2] = {r->L.sot_index, j->n_prompt - 1};
+        int n_want = want[0] == want[1] ? 1 : 2;
+        float *two = lg + (size_t)V * n; /* scratch after the per-row logits */
+        if (jrc == SOTTO_OK)
+            jrc = sotto_decode_tokens(m, ws, j->st, 0, j->prompt, j->n_prompt, want, n_want, two,
+                                      &jerr);
+        if (jrc == SOTTO_OK && !(r->gen = malloc(sizeof(int32_t) * (size_t)r->L.max_gen)))
+            jrc = SOTTO_E_NOMEM;
+        if (jrc) {
+            j->status = jrc;
+            continue;
+        }
+        j->res.no_speech_prob = sp->no_speech >= 0 ? softmax_prob(two, V, sp->no_speech) : 0.0f;
+        memcpy(lg + (size_t)i * V, two + (size_t)(n_want - 1) * V, sizeof(float) * V);
+        r->done = 0;
+    }
+    /* lockstep greedy steps over every row still generating */
+    for (;;) {
+        int alive = 0;
+        for (int i = 0; i < n; i++) {
+            batch_row *r = &rows[i];
+            if (r->done) continue;
+            float *x = lg + (size_t)i * V;
+            process_logits(&r->R, x, r->gen, r->n);
+            int32_t t = argmax(x, V);
+            r->cum += x[t];
+            if (t == sp->eot) {
+                r->done = r->ended = 1;
+                continue;
+            }
+            r->gen[r->n++] = t;
+            if (jobs[i].on_token && jobs[i].on_token(jobs[i].user, t, x[t])) r->done = 1;
+            if (r->n == r->L.max_gen) r->done = 1;
+            if (r->done) continue;
+            sts[alive] = jobs[i].st;
+            toks[alive] = t;
+            which[alive] = i;
+            alive++;
+        }
+        if (!alive) break;
+        float *out = sotto_ws_get(ws, WS_GEN_LOGITS, (size_t)alive * V);
+        if (!out) {
+            rc = sotto_err_set(err, SOTTO_E_NOMEM, "out of memory in batched decoding");
+            goto done;
+        }
+        if ((rc = sotto_decode_step(m, ws, sts, seqs, toks, alive, out, err))) goto done;
+        for (int a = 0; a < alive; a++)
+            memcpy(lg + (size_t)which[a] * V, out + (size_t)a * V, sizeof(float) * V);
+    }
+    for (int i = 0; i < n; i++) {
+        batch_row *r = &rows[i];
+        if (jobs[i].status) continue;
+        float len = (float)r->n;
+        jobs[i].res.tokens = r->gen;
+        r->gen = NULL;
+        jobs[i].res.n_tokens = r->n;
+        jobs[i].res.sum_logprob = r->cum;
+        jobs[i].res.score = finalize_score(r->cum, r->n, o->length_penalty);
+        jobs[i].res.avg_logprob = r->cum / (len + 1.0f);
+        jobs[i].res.ended = r->ended;
+    }
+done:
+    if (rows)
+        for (int i = 0; i < n; i++) free(rows[i].gen);
+    free(rows);
+    free(lg);
+    free(sts);
+    free(seqs);
+    free(toks);
+    free(which);
+    return rc;
+}

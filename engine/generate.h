@@ -64,6 +64,30 @@ void sotto_generate_result_free(sotto_generate_result *r); /* frees tokens, zero
 int sotto_detect_language(const sotto_model *model, sotto_workspace *ws, sotto_state *st,
                           float *probs, int *best, sotto_err *err);
 
+/* One greedy decoding job of a batch (streaming sessions). */
+typedef struct sotto_gen_job {
+    sotto_state *st;          /* encoded; sequence 0 is used */
+    const int32_t *prompt;    /* as for sotto_generate, forced prefix included */
+    int n_prompt;
+    int max_new_tokens;       /* 0: the context rule */
+    int (*on_token)(void *user, int32_t token, float logprob); /* may be NULL */
+    void *user;
+    sotto_generate_result res; /* out */
+    int status;                /* out: 0 or a sotto_status for this job */
+} sotto_gen_job;
+
+/* Greedy decoding (temperature 0) of several windows at once: every
+ * decoder step runs one batched sotto_decode_step over all jobs still
+ * generating, so sessions that share a model share the weight reads.
+ * o supplies the suppression lists and the max initial timestamp (beam,
+ * temperature and best_of are ignored); unlike sotto_generate, the
+ * suppress_begin list applies only to jobs without a forced prefix (a
+ * window whose text is already committed may end at once). A job that
+ * fails gets its status set and the others go on; the return value is an
+ * error only for failures that stop the whole batch. */
+int sotto_generate_greedy_batch(const sotto_model *model, sotto_workspace *ws, sotto_gen_job *jobs,
+                                int n, const sotto_generate_opts *o, sotto_err *err);
+
 /* The logit rules of one step, exposed for tests and other backends:
  * turns raw logits[n_vocab] into the log-probabilities a step samples
  * from, given the g tokens generated so far (after any prefix).

@@ -1,0 +1,406 @@
+/* dictation.c - streaming state machine of one session (see dictation.h). */
+#include "dictation.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SR 16000
+#define MAX_CLOSED 64     /* windows waiting for their final pass */
+#define IDLE_KEEP_S 2     /* audio kept while nobody speaks (pre-roll, VAD delay) */
+#define MAX_CONTEXT 96    /* tokens of earlier text given as prompt */
+
+typedef struct window {
+    uint64_t id;
+    uint64_t start, end; /* end == 0: still open */
+} window;
+
+struct sotto_dictation {
+    sotto_dictation_params p;
+    const sotto_tokenizer *tok;
+    int32_t eot;
+    sotto_emit_fn emit;
+    void *user;
+    sotto_vad *vad;
+    sotto_agreement agr;
+
+    float *buf;         /* audio from buf_start to total */
+    size_t cap;
+    uint64_t buf_start; /* absolute sample of buf[0] */
+    uint64_t total;     /* samples accepted so far */
+
+    window closed[MAX_CLOSED]; /* FIFO of windows awaiting their final pass */
+    int n_closed;
+    window open;               /* the utterance being spoken (id 0: none) */
+    uint64_t next_id;
+    uint64_t last_pass_end;    /* audio the latest pass of the front window covered */
+
+    int32_t committed[SOTTO_AGREEMENT_MAX_TOKENS]; /* of the front window */
+    int n_committed;
+    int32_t context[MAX_CONTEXT]; /* latest finalized text */
+    int n_context;
+    int32_t pass_context[MAX_CONTEXT];
+
+    int in_flight;
+    sotto_pass pass;
+    float *pass_buf;
+    int32_t pass_prefix[SOTTO_AGREEMENT_MAX_TOKENS];
+    int32_t pass_tokens[SOTTO_AGREEMENT_MAX_TOKENS];
+    int n_pass_tokens;
+    uint64_t pass_counter;
+
+    int eos;
+    int dropping; /* inside a run of dropped audio (one warning per run) */
+    sotto_dictation_stats st;
+};
+
+sotto_dictation_params sotto_dictation_default_params(void) {
+    sotto_dictation_params p;
+    p.step_ms = 1000;
+    p.agreement_n = 2;
+    p.max_window_s = 28.0f;
+    p.max_backlog_s = 60.0f;
+    p.partials = 1;
+    p.vad = sotto_vad_default_params();
+    return p;
+}
+
+int sotto_dictation_params_check(const sotto_dictation_params *p, sotto_err *err) {
+    if (p->step_ms < 100 || p->step_ms > 10000)
+        return sotto_err_set(err, SOTTO_E_INVALID, "step_ms %d out of range 100..10000", p->step_ms);
+    if (p->agreement_n < 1 || p->agreement_n > SOTTO_AGREEMENT_MAX_N)
+        return sotto_err_set(err, SOTTO_E_INVALID, "agreement %d out of range 1..%d", p->agreement_n,
+                             SOTTO_AGREEMENT_MAX_N);
+    if (!(p->max_window_s >= 2.0f && p->max_window_s <= 30.0f))
+        return sotto_err_set(err, SOTTO_E_INVALID, "max_window_s %g out of range 2..30",
+                             (double)p->max_window_s);
+    if (!(p->max_backlog_s >= p->max_window_s && p->max_backlog_s <= 600.0f))
+        return sotto_err_set(err, SOTTO_E_INVALID, "max_backlog_s %g out of range %g..600",
+                             (double)p->max_backlog_s, (double)p->max_window_s);
+    return sotto_vad_params_check(&p->vad, err);
+}
+
+sotto_dictation *sotto_dictation_create(const sotto_dictation_params *p,
+                                        const sotto_tokenizer *tok, int32_t eot,
+                                        sotto_emit_fn emit, void *user, sotto_err *err) {
+    if (sotto_dictation_params_check(p, err)) return NULL;
+    sotto_dictation *d = calloc(1, sizeof *d);
+    if (!d) goto oom;
+    d->p = *p;
+    d->tok = tok;
+    d->eot = eot;
+    d->emit = emit;
+    d->user = user;
+    d->next_id = 1;
+    d->cap = (size_t)((p->max_backlog_s + IDLE_KEEP_S + 1) * SR);
+    d->buf = malloc(sizeof(float) * d->cap);
+    d->pass_buf = malloc(sizeof(float) * (size_t)((p->max_window_s + 1) * SR));
+    if (!d->buf || !d->pass_buf) goto oom;
+    sotto_agreement_init(&d->agr, p->agreement_n);
+    d->vad = sotto_vad_create(&p->vad, err);
+    if (!d->vad) {
+        sotto_dictation_free(d);
+        return NULL;
+    }
+    return d;
+oom:
+    sotto_dictation_free(d);
+    sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for a dictation session");
+    return NULL;
+}
+
+static void add_context(sotto_dictation *d, const int32_t *t, int n) {
+    if (n >= MAX_CONTEXT) {
+        memcpy(d->context, t + n - MAX_CONTEXT, sizeof(int32_t) * MAX_CONTEXT);
+        d->n_context = MAX_CONTEXT;
+        return;
+    }
+    int keep = d->n_context + n > MAX_CONTEXT ? MAX_CONTEXT - n : d->n_context;
+    memmove(d->context, d->context + d->n_context - keep, sizeof(int32_t) * (size_t)keep);
+    memcpy(d->context + keep, t, sizeof(int32_t) * (size_t)n);
+    d->n_context = keep + n;
+}
+
+void sotto_dictation_set_context(sotto_dictation *d, const int32_t *tokens, int n) {
+    d->n_context = 0;
+    if (n > 0) add_context(d, tokens, n);
+}
+
+void sotto_dictation_free(sotto_dictation *d) {
+    if (!d) return;
+    sotto_vad_free(d->vad);
+    free(d->buf);
+    free(d->pass_buf);
+    free(d);
+}
+
+/* ---- events ---------------------------------------------------------------- */
+
+static double secs(uint64_t sample) { return (double)sample / SR; }
+
+static cJSON *event(const char *type, uint64_t utterance) {
+    cJSON *e = cJSON_CreateObject();
+    if (e) {
+        cJSON_AddStringToObject(e, "type", type);
+        if (utterance) cJSON_AddNumberToObject(e, "utterance", (double)utterance);
+    }
+    return e;
+}
+
+static void send(sotto_dictation *d, cJSON *e) {
+    if (e) d->emit(d->user, e);
+}
+
+static char *text_of(const sotto_dictation *d, const int32_t *t, int n) {
+    char *s = sotto_tokenizer_decode(d->tok, t, (size_t)n, NULL);
+    return s ? s : calloc(1, 1);
+}
+
+/* ---- windows ----------------------------------------------------------------- */
+
+/* The window passes work on: the oldest closed one, else the open one. */
+static const window *front(const sotto_dictation *d) {
+    if (d->n_closed) return &d->closed[0];
+    return d->open.id ? &d->open : NULL;
+}
+
+static void close_open(sotto_dictation *d, uint64_t end) {
+    if (!d->open.id) return;
+    if (end <= d->open.start) { /* nothing in it */
+        d->open.id = 0;
+        return;
+    }
+    if (d->n_closed == MAX_CLOSED) { /* worker far behind: merge into the last */
+        d->closed[MAX_CLOSED - 1].end = end;
+    } else {
+        d->closed[d->n_closed] = d->open;
+        d->closed[d->n_closed].end = end;
+        d->n_closed++;
+    }
+    d->open.id = 0;
+}
+
+static void open_window(sotto_dictation *d, uint64_t start) {
+    uint64_t floor = d->n_closed ? d->closed[d->n_closed - 1].end : d->buf_start;
+    if (start < floor) start = floor;
+    if (start < d->buf_start) start = d->buf_start;
+    d->open.id = d->next_id++;
+    d->open.start = start;
+    d->open.end = 0;
+    d->st.utterances++;
+    if (!d->n_closed) d->last_pass_end = start;
+}
+
+/* Drops audio no window needs any more. */
+static void trim(sotto_dictation *d) {
+    uint64_t keep = d->total > (uint64_t)IDLE_KEEP_S * SR ? d->total - (uint64_t)IDLE_KEEP_S * SR : 0;
+    const window *w = front(d);
+    if (w && w->start < keep) keep = w->start;
+    if (keep <= d->buf_start) return;
+    size_t drop = (size_t)(keep - d->buf_start), len = (size_t)(d->total - d->buf_start);
+    memmove(d->buf, d->buf + drop, sizeof(float) * (len - drop));
+    d->buf_start = keep;
+}
+
+static void handle_vad(sotto_dictation *d, const sotto_vad_event *ev, int n) {
+    for (int i = 0; i < n; i++) {
+        if (ev[i].type == SOTTO_VAD_SPEECH_START && !d->open.id) {
+            open_window(d, ev[i].sample);
+            cJSON *e = event("speech_start", d->open.id);
+            if (e) cJSON_AddNumberToObject(e, "start", secs(d->open.start));
+            send(d, e);
+        } else if (ev[i].type == SOTTO_VAD_SPEECH_END && d->open.id) {
+            uint64_t id = d->open.id;
+            uint64_t end = ev[i].sample > d->total ? d->total : ev[i].sample;
+            close_open(d, end);
+            cJSON *e = event("speech_end", id);
+            if (e) cJSON_AddNumberToObject(e, "end", secs(end));
+            send(d, e);
+        }
+    }
+}
+
+int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n) {
+    if (d->eos) return SOTTO_E_INVALID;
+    while (n > 0) {
+        const window *w = front(d);
+        uint64_t oldest = w ? w->start : d->total;
+        uint64_t limit = oldest + (uint64_t)(d->p.max_backlog_s * SR);
+        size_t room = d->total < limit ? (size_t)(limit - d->total) : 0;
+        size_t space = d->cap - (size_t)(d->total - d->buf_start);
+        if (room > space) room = space;
+        size_t take = n < room ? n : room;
+        if (take == 0) { /* backlog full: drop, count, warn once per run */
+            d->st.samples_dropped += n;
+            if (!d->dropping) {
+                d->dropping = 1;
+                cJSON *e = event("warning", 0);
+                if (e) {
+                    cJSON_AddStringToObject(e, "code", "backlog");
+                    cJSON_AddStringToObject(e, "message",
+                                            "audio arrives faster than it is transcribed; "
+                                            "new audio is being dropped");
+                    cJSON_AddNumberToObject(e, "dropped_seconds", secs(d->st.samples_dropped));
+                }
+                send(d, e);
+            }
+            return SOTTO_OK;
+        }
+        d->dropping = 0;
+        /* VAD in pieces so that window-full checks see the time advance */
+        size_t chunk = take < SR / 10 ? take : SR / 10;
+        memcpy(d->buf + (d->total - d->buf_start), x, sizeof(float) * chunk);
+        d->total += chunk;
+        d->st.samples_in += chunk;
+        sotto_vad_event ev[8];
+        int ne = 0, rc;
+        do {
+            rc = sotto_vad_push(d->vad, x, chunk, ev, 8, &ne);
+            handle_vad(d, ev, ne);
+            x += chunk, n -= chunk, chunk = 0; /* further calls only drain events */
+        } while (rc == SOTTO_E_RANGE);
+        if (d->open.id && d->total - d->open.start >= (uint64_t)(d->p.max_window_s * SR)) {
+            /* window full: finalize it here, continue in a new one */
+            uint64_t cut = d->total, id = d->open.id;
+            close_open(d, cut);
+            d->open.id = d->next_id++;
+            d->open.start = cut;
+            d->open.end = 0;
+            (void)id;
+        }
+        trim(d);
+    }
+    return SOTTO_OK;
+}
+
+void sotto_dictation_flush(sotto_dictation *d, int end_of_stream) {
+    if (end_of_stream && !d->eos) {
+        sotto_vad_event ev[8];
+        int ne = 0;
+        sotto_vad_finish(d->vad, ev, 8, &ne);
+        handle_vad(d, ev, ne);
+        d->eos = 1;
+    }
+    close_open(d, d->total);
+}
+
+/* ---- passes ------------------------------------------------------------------ */
+
+int sotto_dictation_pass_due(const sotto_dictation *d) {
+    if (d->in_flight) return 0;
+    if (d->n_closed) return 1;
+    return d->open.id && d->total - d->last_pass_end >= (uint64_t)d->p.step_ms * SR / 1000;
+}
+
+const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
+    if (!sotto_dictation_pass_due(d)) return NULL;
+    const window *w = front(d);
+    int final = d->n_closed > 0;
+    uint64_t end = final ? w->end : d->total;
+    uint64_t start = w->start;
+    size_t n = (size_t)(end - start);
+    size_t max = (size_t)((d->p.max_window_s + 1) * SR);
+    if (n > max) n = max; /* cannot happen: windows are cut at max_window_s */
+    memcpy(d->pass_buf, d->buf + (start - d->buf_start), sizeof(float) * n);
+    memcpy(d->pass_prefix, d->committed, sizeof(int32_t) * (size_t)d->n_committed);
+    d->pass.utterance = w->id;
+    d->pass.id = ++d->pass_counter;
+    d->pass.final = final;
+    d->pass.start = start;
+    d->pass.samples = d->pass_buf;
+    d->pass.n = n;
+    d->pass.prefix = d->pass_prefix;
+    d->pass.n_prefix = d->n_committed;
+    memcpy(d->pass_context, d->context, sizeof(int32_t) * (size_t)d->n_context);
+    d->pass.context = d->pass_context;
+    d->pass.n_context = d->n_context;
+    d->n_pass_tokens = 0;
+    d->in_flight = 1;
+    d->st.passes++;
+    return &d->pass;
+}
+
+static void emit_text_event(sotto_dictation *d, const char *type, uint64_t utt, const char *k1,
+                            const char *v1, const char *k2, const char *v2) {
+    cJSON *e = event(type, utt);
+    if (!e) return;
+    cJSON_AddNumberToObject(e, "pass", (double)d->pass.id);
+    cJSON_AddStringToObject(e, k1, v1);
+    if (k2) cJSON_AddStringToObject(e, k2, v2);
+    send(d, e);
+}
+
+void sotto_dictation_on_token(sotto_dictation *d, uint64_t pass_id, int32_t token) {
+    if (!d->in_flight || pass_id != d->pass.id || token == d->eot) return;
+    if (d->n_pass_tokens < SOTTO_AGREEMENT_MAX_TOKENS) d->pass_tokens[d->n_pass_tokens++] = token;
+    if (!d->p.partials || token >= d->eot) return;
+    char *committed = text_of(d, d->committed, d->n_committed);
+    char *tent = text_of(d, d->pass_tokens, d->n_pass_tokens);
+    emit_text_event(d, "partial", d->pass.utterance, "committed", committed, "tentative", tent);
+    free(committed);
+    free(tent);
+}
+
+/* Adds n tokens to the committed text and tells the client. */
+static void commit(sotto_dictation *d, const int32_t *t, int n) {
+    if (n <= 0) return;
+    if (d->n_committed + n > SOTTO_AGREEMENT_MAX_TOKENS) n = SOTTO_AGREEMENT_MAX_TOKENS - d->n_committed;
+    char *before = text_of(d, d->committed, d->n_committed);
+    memcpy(d->committed + d->n_committed, t, sizeof(int32_t) * (size_t)n);
+    d->n_committed += n;
+    char *after = text_of(d, d->committed, d->n_committed);
+    size_t bl = strlen(before);
+    const char *delta = strncmp(after, before, bl) == 0 ? after + bl : after;
+    emit_text_event(d, "commit", d->pass.utterance, "text", delta, "committed", after);
+    free(before);
+    free(after);
+}
+
+int sotto_dictation_complete_pass(sotto_dictation *d, uint64_t pass_id, const int32_t *tokens,
+                                  int n) {
+    if (!d->in_flight || pass_id != d->pass.id) return SOTTO_E_INVALID;
+    d->in_flight = 0;
+    /* keep text tokens only: the hypothesis never carries specials on purpose */
+    int32_t clean[SOTTO_AGREEMENT_MAX_TOKENS];
+    int m = 0;
+    for (int i = 0; i < n && m < SOTTO_AGREEMENT_MAX_TOKENS; i++)
+        if (tokens[i] < d->eot) clean[m++] = tokens[i];
+    if (d->pass.final) {
+        commit(d, clean, m);
+        const window *w = &d->closed[0];
+        char *text = text_of(d, d->committed, d->n_committed);
+        cJSON *e = event("final", w->id);
+        if (e) {
+            cJSON_AddNumberToObject(e, "pass", (double)d->pass.id);
+            cJSON_AddStringToObject(e, "text", text);
+            cJSON_AddNumberToObject(e, "start", secs(w->start));
+            cJSON_AddNumberToObject(e, "end", secs(w->end));
+        }
+        send(d, e);
+        free(text);
+        d->st.samples_final += w->end - w->start;
+        add_context(d, d->committed, d->n_committed);
+        memmove(&d->closed[0], &d->closed[1], sizeof(window) * (size_t)(d->n_closed - 1));
+        d->n_closed--;
+        d->n_committed = 0;
+        sotto_agreement_reset(&d->agr);
+        const window *next = front(d);
+        d->last_pass_end = next ? next->start : d->total;
+        trim(d);
+        return SOTTO_OK;
+    }
+    int k = 0;
+    sotto_agreement_update(&d->agr, clean, m, &k);
+    commit(d, clean, k);
+    d->last_pass_end = d->pass.start + d->pass.n;
+    return SOTTO_OK;
+}
+
+void sotto_dictation_abandon_pass(sotto_dictation *d, uint64_t pass_id) {
+    if (d->in_flight && pass_id == d->pass.id) d->in_flight = 0;
+}
+
+int sotto_dictation_done(const sotto_dictation *d) {
+    return d->eos && !d->in_flight && !d->n_closed && !d->open.id;
+}
+
+void sotto_dictation_get_stats(const sotto_dictation *d, sotto_dictation_stats *st) { *st = d->st; }
