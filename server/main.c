@@ -1,0 +1,99 @@
+/* main.c - sotto-server: the streaming dictation server. */
+#define _POSIX_C_SOURCE 200809L
+#include "blas_env.h"
+#include "log.h"
+#include "server.h"
+#include "threads.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static srv *g_server;
+
+static void on_signal(int sig) {
+    if (!g_server) return;
+    if (sig == SIGTERM || sig == SIGINT) {
+        if (atomic_load(&g_server->draining)) { /* second signal: stop now */
+            atomic_store(&g_server->stop, 1);
+        } else {
+            atomic_store(&g_server->draining, 1);
+        }
+        srv_wake(g_server); /* lws_cancel_service is async-signal-safe (a pipe write) */
+    }
+}
+
+/* One table entry per (model directory, allowed variant); entry 0 is the
+ * first model in the default variant. */
+static int build_models(srv *s) {
+    for (int d = 0; d < s->opt.n_models; d++) {
+        const char *dir = s->opt.model_dirs[d];
+        const char *base = strrchr(dir, '/');
+        base = base && base[1] ? base + 1 : dir;
+        for (int k = -1; k < SOTTO_WFMT_COUNT; k++) {
+            sotto_wfmt w = k < 0 ? s->opt.default_weights : (sotto_wfmt)k;
+            if (k >= 0 && (w == s->opt.default_weights || !s->opt.allowed[w])) continue;
+            srv_model *sm = &s->models[s->n_models++];
+            snprintf(sm->name, sizeof sm->name, "%s", base);
+            sm->dir = dir;
+            sm->weights = w;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    sotto_blas_check_coretype(argv);
+    static srv s;
+    srv_options_default(&s.opt);
+    int rc = srv_options_parse(&s.opt, argc, argv);
+    if (rc) {
+        srv_options_free(&s.opt);
+        return rc > 0 ? 0 : 2;
+    }
+    sotto_log_set_level((sotto_log_level)s.opt.log_level);
+    pthread_mutex_init(&s.lock, NULL);
+    pthread_cond_init(&s.work, NULL);
+    build_models(&s);
+    g_server = &s;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (srv_gateway_create(&s)) {
+        srv_options_free(&s.opt);
+        return 1;
+    }
+    if (srv_worker_start(&s)) {
+        SOTTO_ERROR("cannot start the inference worker");
+        srv_gateway_destroy(&s);
+        return 1;
+    }
+    SOTTO_INFO("model %s, default weights %s, %d CPU threads", s.opt.model_dirs[0],
+               sotto_wfmt_name(s.opt.default_weights), sotto_threads_get());
+    srv_gateway_loop(&s);
+    int failed = !atomic_load(&s.ready);
+    if (atomic_load(&s.draining)) SOTTO_INFO("drained; shutting down");
+    srv_worker_stop(&s);
+    srv_gateway_destroy(&s);
+    /* sessions still in the table */
+    while (s.sessions) {
+        srv_session *ss = s.sessions;
+        s.sessions = ss->next;
+        ss->refs = 1;
+        ss->next = NULL;
+        srv_session_unref(&s, ss);
+    }
+    for (int i = 0; i < s.n_models; i++) {
+        srv_model *sm = &s.models[i];
+        for (int k = 0; k < sm->n_states; k++) sotto_state_free(sm->states[k]);
+        free(sm->states);
+        free(sm->suppress);
+        sotto_model_free(sm->model);
+    }
+    srv_options_free(&s.opt);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,139 @@
+/* metrics.c - counters and latency histograms in Prometheus text format. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Upper bounds of the histogram buckets, seconds (the last is +Inf). */
+static const double k_bounds[SRV_HIST_BUCKETS - 1] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                       1.0,  2.5,   5.0,  10.0, 30.0};
+
+void srv_hist_add(srv_hist *h, double seconds) {
+    int b = 0;
+    while (b < SRV_HIST_BUCKETS - 1 && seconds > k_bounds[b]) b++;
+    atomic_fetch_add(&h->buckets[b], 1);
+    atomic_fetch_add(&h->count, 1);
+    atomic_fetch_add(&h->sum_us, (uint64_t)(seconds * 1e6));
+}
+
+typedef struct out {
+    char *buf;
+    size_t len, cap;
+    int failed;
+} out;
+
+static void put(out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(out *o, const char *fmt, ...) {
+    if (o->failed) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            o->failed = 1;
+            return;
+        }
+        if ((size_t)n < o->cap - o->len) {
+            o->len += (size_t)n;
+            return;
+        }
+        size_t cap = o->cap * 2 + (size_t)n;
+        char *nb = realloc(o->buf, cap);
+        if (!nb) {
+            o->failed = 1;
+            return;
+        }
+        o->buf = nb;
+        o->cap = cap;
+    }
+}
+
+static void counter(out *o, const char *name, const char *help, uint64_t v) {
+    put(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+        (unsigned long long)v);
+}
+
+static void gauge(out *o, const char *name, const char *help, double v) {
+    put(o, "# HELP %s %s\n# TYPE %s gauge\n%s %.6g\n", name, help, name, name, v);
+}
+
+static void hist(out *o, const char *name, const char *help, srv_hist *h) {
+    put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int b = 0; b < SRV_HIST_BUCKETS; b++) {
+        cum += atomic_load(&h->buckets[b]);
+        if (b < SRV_HIST_BUCKETS - 1)
+            put(o, "%s_bucket{le=\"%g\"} %llu\n", name, k_bounds[b], (unsigned long long)cum);
+        else
+            put(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
+    put(o, "%s_sum %.6f\n%s_count %llu\n", name, atomic_load(&h->sum_us) / 1e6, name,
+        (unsigned long long)atomic_load(&h->count));
+}
+
+char *srv_metrics_render(srv *s, size_t *len) {
+    out o = {malloc(8192), 0, 8192, 0};
+    if (!o.buf) return NULL;
+    srv_metrics *m = &s->m;
+    int active = 0, detached = 0, queued = 0;
+    pthread_mutex_lock(&s->lock);
+    for (srv_session *ss = s->sessions; ss; ss = ss->next) {
+        if (ss->state == SESS_LOADING || ss->state == SESS_RUNNING || ss->state == SESS_STOPPING) {
+            active++;
+            if (!ss->wsi) detached++;
+        }
+        pthread_mutex_lock(&ss->lock);
+        if (ss->dict && sotto_dictation_pass_due(ss->dict)) queued++;
+        pthread_mutex_unlock(&ss->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    gauge(&o, "sotto_ready", "1 once the default model is loaded", atomic_load(&s->ready));
+    gauge(&o, "sotto_sessions_active", "sessions started and not finished", active);
+    gauge(&o, "sotto_sessions_detached", "active sessions waiting for their client to resume",
+          detached);
+    gauge(&o, "sotto_queue_passes", "sessions with a decode pass due", queued);
+    counter(&o, "sotto_sessions_total", "WebSocket sessions opened", atomic_load(&m->sessions_total));
+    counter(&o, "sotto_sessions_rejected_total", "sessions refused (max sessions)",
+            atomic_load(&m->sessions_rejected));
+    counter(&o, "sotto_sessions_resumed_total", "sessions resumed after a disconnect",
+            atomic_load(&m->sessions_resumed));
+    gauge(&o, "sotto_audio_received_seconds_total", "audio accepted, seconds",
+          atomic_load(&m->audio_in_samples) / 16000.0);
+    gauge(&o, "sotto_audio_transcribed_seconds_total", "audio covered by final passes, seconds",
+          atomic_load(&m->audio_final_samples) / 16000.0);
+    gauge(&o, "sotto_audio_dropped_seconds_total", "audio dropped because of backlog, seconds",
+          atomic_load(&m->audio_dropped_samples) / 16000.0);
+    counter(&o, "sotto_bad_messages_total", "client messages answered with an error",
+            atomic_load(&m->bad_messages));
+    counter(&o, "sotto_opus_concealed_packets_total", "Opus packets replaced by concealment",
+            atomic_load(&m->concealed_packets));
+    counter(&o, "sotto_passes_total", "decode passes run", atomic_load(&m->passes));
+    counter(&o, "sotto_events_sent_total", "events written to clients", atomic_load(&m->events_sent));
+    counter(&o, "sotto_events_dropped_total", "events dropped for lagging clients",
+            atomic_load(&m->events_dropped));
+    hist(&o, "sotto_pass_queue_seconds", "time a due pass waited for the worker", &m->pass_queue);
+    hist(&o, "sotto_encode_seconds", "log-mel + encoder per pass", &m->encode);
+    hist(&o, "sotto_decode_seconds", "decoder per batch of passes", &m->decode);
+    hist(&o, "sotto_pass_seconds", "a pass from due to completed", &m->pass_total);
+    hist(&o, "sotto_first_token_seconds", "from a pass being due to its first token", &m->first_token);
+    put(&o, "# HELP sotto_weights_bytes weight bytes of each loaded variant\n"
+            "# TYPE sotto_weights_bytes gauge\n");
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_models; i++) {
+        srv_model *sm = &s->models[i];
+        if (sm->model)
+            put(&o, "sotto_weights_bytes{model=\"%s\",weights=\"%s\"} %zu\n", sm->name,
+                sotto_wfmt_name(sm->weights), sm->bytes);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (o.failed) {
+        free(o.buf);
+        return NULL;
+    }
+    *len = o.len;
+    return o.buf;
+}

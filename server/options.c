@@ -1,0 +1,244 @@
+/* options.c - sotto-server's command line and optional JSON config file.
+ * Command-line options override the config file's values. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include "log.h"
+#include "mapfile.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: sotto-server [options]\n"
+            "\n"
+            "  --host ADDR            listen address (default: all)\n"
+            "  --port N               port for HTTP and WebSocket (default 8765)\n"
+            "  --model DIR            a model directory; repeat for several (default models/tiny.en)\n"
+            "  --weights LIST         weight variants sessions may use (default f32,bf16,q8,nf4,nvfp4)\n"
+            "  --default-weights F    variant for sessions that do not choose (default f32)\n"
+            "  --memory-budget-mb N   resident weights of all variants (default 0: no limit)\n"
+            "  --max-sessions N       concurrent sessions (default 16)\n"
+            "  --max-buffer-s S       audio a session may have waiting for transcription (default 60)\n"
+            "  --resume-grace-s S     how long a disconnected session waits for its client (default 30)\n"
+            "  --idle-unload-s S      unload variants unused this long (default 300)\n"
+            "  --drain-s S            on SIGTERM, time running sessions get to finish (default 30)\n"
+            "  --max-frame-bytes N    largest WebSocket message (default 1048576)\n"
+            "  --threads N            CPU threads for inference (default: all cores)\n"
+            "  --max-batch N          sessions decoded together (default 8)\n"
+            "  --web DIR              static files served at / (default: the repository's web/)\n"
+            "  --tls-cert FILE --tls-key FILE   serve https/wss\n"
+            "  --log-level L          debug | info | warn | error (default info)\n"
+            "  --config FILE          JSON with the same settings (keys without the dashes,\n"
+            "                         \"model\" may be a list); the command line overrides it\n");
+}
+
+void srv_options_default(srv_options *o) {
+    memset(o, 0, sizeof *o);
+    o->port = 8765;
+    for (int i = 0; i < SOTTO_WFMT_COUNT; i++) o->allowed[i] = 1;
+    o->default_weights = SOTTO_WFMT_F32;
+    o->max_sessions = 16;
+    o->max_buffer_s = 60;
+    o->resume_grace_s = 30;
+    o->idle_unload_s = 300;
+    o->drain_s = 30;
+    o->max_frame_bytes = 1 << 20;
+    o->max_batch = 8;
+    o->log_level = SOTTO_LOG_INFO;
+}
+
+void srv_options_free(srv_options *o) {
+    for (int i = 0; i < o->n_models; i++) free(o->model_dirs[i]);
+    o->n_models = 0;
+}
+
+/* Directory next to the executable ("../<rel>"), if it exists. */
+static int beside_exe(const char *rel, char *out, size_t outsz) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return 0;
+    *slash = '\0';
+    struct stat st;
+    if (snprintf(out, outsz, "%s/../%s", exe, rel) >= (int)outsz) return 0;
+    return stat(out, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int set(srv_options *o, const char *key, const char *val) {
+    char *end = NULL;
+    double d = val ? strtod(val, &end) : 0;
+    int num_ok = val && end != val && *end == '\0';
+#define NUM(name, field, lo, hi)                                                              \
+    if (!strcmp(key, name)) {                                                                 \
+        if (!num_ok || d < (lo) || d > (hi)) {                                                \
+            fprintf(stderr, "sotto-server: %s needs a number in %g..%g\n", name, (double)(lo), \
+                    (double)(hi));                                                            \
+            return -1;                                                                        \
+        }                                                                                     \
+        o->field = d;                                                                         \
+        return 0;                                                                             \
+    }
+    NUM("port", port, 0, 65535)
+    NUM("memory-budget-mb", memory_budget_mb, 0, 1e7)
+    NUM("max-sessions", max_sessions, 1, 100000)
+    NUM("max-buffer-s", max_buffer_s, 30, 3600)
+    NUM("resume-grace-s", resume_grace_s, 0, 3600)
+    NUM("idle-unload-s", idle_unload_s, 1, 1e6)
+    NUM("drain-s", drain_s, 0, 3600)
+    NUM("max-frame-bytes", max_frame_bytes, 1024, 1 << 30)
+    NUM("threads", threads, 0, 1024)
+    NUM("max-batch", max_batch, 1, 16)
+#undef NUM
+    if (!val) {
+        fprintf(stderr, "sotto-server: %s needs a value\n", key);
+        return -1;
+    }
+    if (!strcmp(key, "host")) {
+        snprintf(o->host, sizeof o->host, "%s", val);
+    } else if (!strcmp(key, "model")) {
+        if (o->n_models == SRV_MAX_MODELS) {
+            fprintf(stderr, "sotto-server: at most %d models\n", SRV_MAX_MODELS);
+            return -1;
+        }
+        o->model_dirs[o->n_models++] = strdup(val);
+    } else if (!strcmp(key, "weights")) {
+        int allowed[SOTTO_WFMT_COUNT] = {0};
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", val);
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            sotto_wfmt w;
+            if (sotto_wfmt_parse(t, &w)) {
+                fprintf(stderr, "sotto-server: unknown weight format '%s'\n", t);
+                return -1;
+            }
+            allowed[w] = 1;
+        }
+        memcpy(o->allowed, allowed, sizeof allowed);
+    } else if (!strcmp(key, "default-weights")) {
+        if (sotto_wfmt_parse(val, &o->default_weights)) {
+            fprintf(stderr, "sotto-server: unknown weight format '%s'\n", val);
+            return -1;
+        }
+    } else if (!strcmp(key, "web")) {
+        snprintf(o->web_dir, sizeof o->web_dir, "%s", val);
+    } else if (!strcmp(key, "tls-cert")) {
+        snprintf(o->tls_cert, sizeof o->tls_cert, "%s", val);
+    } else if (!strcmp(key, "tls-key")) {
+        snprintf(o->tls_key, sizeof o->tls_key, "%s", val);
+    } else if (!strcmp(key, "log-level")) {
+        sotto_log_level lv;
+        if (sotto_log_parse_level(val, &lv)) {
+            fprintf(stderr, "sotto-server: unknown log level '%s'\n", val);
+            return -1;
+        }
+        o->log_level = (int)lv;
+    } else {
+        fprintf(stderr, "sotto-server: unknown option '%s'\n", key);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_config(srv_options *o, const char *path) {
+    char *text = NULL;
+    sotto_err err;
+    if (sotto_read_file(path, 1 << 20, &text, NULL, &err)) {
+        fprintf(stderr, "sotto-server: %s\n", err.msg);
+        return -1;
+    }
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        fprintf(stderr, "sotto-server: %s: not a JSON object\n", path);
+        cJSON_Delete(root);
+        return -1;
+    }
+    int rc = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        char buf[64];
+        if (cJSON_IsArray(it) && !strcmp(it->string, "model")) {
+            const cJSON *m;
+            cJSON_ArrayForEach(m, it) rc |= cJSON_IsString(m) ? set(o, "model", m->valuestring) : -1;
+        } else if (cJSON_IsString(it)) {
+            rc |= set(o, it->string, it->valuestring);
+        } else if (cJSON_IsNumber(it)) {
+            snprintf(buf, sizeof buf, "%.17g", it->valuedouble);
+            rc |= set(o, it->string, buf);
+        } else {
+            fprintf(stderr, "sotto-server: %s: bad value for \"%s\"\n", path, it->string);
+            rc = -1;
+        }
+    }
+    cJSON_Delete(root);
+    return rc ? -1 : 0;
+}
+
+int srv_options_parse(srv_options *o, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) /* the config file first, so flags override it */
+        if (!strcmp(argv[i], "--config") && i + 1 < argc && load_config(o, argv[i + 1])) return -1;
+    int cfg_models = o->n_models;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "sotto-server: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return -1;
+        }
+        const char *key = a + 2, *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(key, "config")) {
+            i++;
+            continue;
+        }
+        if (!strcmp(key, "model") && cfg_models) { /* the command line replaces the file's list */
+            for (int k = 0; k < cfg_models; k++) free(o->model_dirs[k]);
+            memmove(o->model_dirs, o->model_dirs + cfg_models,
+                    sizeof(char *) * (size_t)(o->n_models - cfg_models));
+            o->n_models -= cfg_models;
+            cfg_models = 0;
+        }
+        if (set(o, key, val)) return -1;
+        i++;
+    }
+    if (o->n_models == 0) {
+        char buf[PATH_MAX];
+        const char *env = getenv("SOTTO_MODEL");
+        if (env && *env)
+            o->model_dirs[o->n_models++] = strdup(env);
+        else
+            o->model_dirs[o->n_models++] = strdup(beside_exe("models/tiny.en", buf, sizeof buf)
+                                                      ? buf
+                                                      : "models/tiny.en");
+    }
+    if (!o->web_dir[0]) {
+        char buf[sizeof o->web_dir];
+        snprintf(o->web_dir, sizeof o->web_dir, "%s", beside_exe("web", buf, sizeof buf) ? buf : "web");
+    }
+    if (!o->allowed[o->default_weights]) {
+        fprintf(stderr, "sotto-server: the default weights %s are not in --weights\n",
+                sotto_wfmt_name(o->default_weights));
+        return -1;
+    }
+    if (!o->tls_cert[0] != !o->tls_key[0]) {
+        fprintf(stderr, "sotto-server: --tls-cert and --tls-key go together\n");
+        return -1;
+    }
+    for (int i = 0; i < o->n_models; i++)
+        if (!o->model_dirs[i]) {
+            fprintf(stderr, "sotto-server: out of memory\n");
+            return -1;
+        }
+    return 0;
+}

@@ -1,0 +1,125 @@
+/* registry.c - model variants: loaded on demand by the worker within the
+ * memory budget, shared by every session that uses them, unloaded when
+ * idle. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include "log.h"
+#include "transcribe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+srv_model *srv_model_find(srv *s, const char *name, sotto_wfmt w) {
+    const char *want = name && *name ? name : s->n_models ? s->models[0].name : "";
+    for (int i = 0; i < s->n_models; i++)
+        if (strcmp(s->models[i].name, want) == 0 && s->models[i].weights == w) return &s->models[i];
+    return NULL;
+}
+
+static size_t loaded_bytes_locked(const srv *s) {
+    size_t total = 0;
+    for (int i = 0; i < s->n_models; i++)
+        if (s->models[i].model) total += s->models[i].bytes;
+    return total;
+}
+
+static void unload(srv *s, srv_model *sm) {
+    /* srv->lock held by the caller; frees outside would be nicer, but
+     * unloading is rare and fast */
+    for (int i = 0; i < sm->n_states; i++) sotto_state_free(sm->states[i]);
+    free(sm->states);
+    sm->states = NULL;
+    sm->n_states = 0;
+    free(sm->suppress);
+    sm->suppress = NULL;
+    sotto_model_free(sm->model);
+    sm->model = NULL;
+    SOTTO_INFO("unloaded %s (%s)", sm->name, sotto_wfmt_name(sm->weights));
+    (void)s;
+}
+
+int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err) {
+    pthread_mutex_lock(&s->lock);
+    sm->last_used = srv_now();
+    int have = sm->model != NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (have) return SOTTO_OK;
+    double t0 = srv_now();
+    sotto_model_params p = sotto_model_default_params();
+    p.weights = sm->weights;
+    sotto_model *m = sotto_model_load(sm->dir, &p, err);
+    if (!m) return err ? err->code : SOTTO_E_INTERNAL;
+    int32_t *sup = NULL;
+    int n_sup = 0;
+    if (sotto_non_speech_tokens(m, &sup, &n_sup, err)) {
+        sotto_model_free(m);
+        return err ? err->code : SOTTO_E_INTERNAL;
+    }
+    const sotto_special_tokens *sp = sotto_model_special(m);
+    int32_t extra[] = {sp->transcribe, sp->translate, sp->sot, sp->sot_prev, sp->sot_lm, sp->no_speech};
+    int32_t *all = realloc(sup, sizeof(int32_t) * (size_t)(n_sup + 6));
+    if (!all) {
+        free(sup);
+        sotto_model_free(m);
+        return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < 6; i++)
+        if (extra[i] >= 0) all[n_sup++] = extra[i];
+    size_t bytes = sotto_model_weight_bytes(m);
+    pthread_mutex_lock(&s->lock);
+    double budget = s->opt.memory_budget_mb * 1e6;
+    /* make room: unload idle variants, least recently used first */
+    while (budget > 0 && (double)(loaded_bytes_locked(s) + bytes) > budget) {
+        srv_model *lru = NULL;
+        for (int i = 0; i < s->n_models; i++) {
+            srv_model *o = &s->models[i];
+            if (o->model && o->refs == 0 && o != sm && (!lru || o->last_used < lru->last_used))
+                lru = o;
+        }
+        if (!lru) break;
+        unload(s, lru);
+    }
+    if (budget > 0 && (double)(loaded_bytes_locked(s) + bytes) > budget) {
+        pthread_mutex_unlock(&s->lock);
+        free(all);
+        sotto_model_free(m);
+        return sotto_err_set(err, SOTTO_E_RANGE,
+                             "%s (%s) needs %.1f MB; the memory budget of %.0f MB is taken by "
+                             "variants in use",
+                             sm->name, sotto_wfmt_name(sm->weights), bytes / 1e6,
+                             s->opt.memory_budget_mb);
+    }
+    sm->model = m;
+    sm->bytes = bytes;
+    sm->suppress = all;
+    sm->n_suppress = n_sup;
+    int32_t space = sotto_tokenizer_token_id(sotto_model_tokenizer(m), "\xc4\xa0");
+    sm->suppress_begin[0] = space;
+    sm->suppress_begin[1] = sp->eot;
+    sotto_model_policy_string(m, sm->policy, sizeof sm->policy);
+    sm->last_used = srv_now();
+    pthread_mutex_unlock(&s->lock);
+    SOTTO_INFO("loaded %s (%s): %.1f MB of weights in %.2f s", sm->name, sotto_wfmt_name(sm->weights),
+               bytes / 1e6, srv_now() - t0);
+    return SOTTO_OK;
+}
+
+void srv_model_release(srv *s, srv_model *sm) {
+    pthread_mutex_lock(&s->lock);
+    if (sm->refs > 0) sm->refs--;
+    sm->last_used = srv_now();
+    pthread_mutex_unlock(&s->lock);
+}
+
+void srv_models_unload_idle(srv *s) {
+    double now = srv_now();
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_models; i++) {
+        srv_model *sm = &s->models[i];
+        /* the default variant stays: the server is "ready" with it */
+        if (sm->model && sm->refs == 0 && i != 0 && now - sm->last_used > s->opt.idle_unload_s)
+            unload(s, sm);
+    }
+    pthread_mutex_unlock(&s->lock);
+}

@@ -1,0 +1,218 @@
+/* server.h - internals shared by the parts of sotto-server.
+ *
+ * Threads:
+ *   - the libwebsockets service thread (main): every socket, JSON parsing,
+ *     audio decoding, VAD; it never runs the model;
+ *   - one inference worker (worker.c): model loading, encoder passes and
+ *     batched decoder steps; it never touches sockets. It appends events to
+ *     session queues and wakes the service thread with lws_cancel_service().
+ * Locks: srv->lock guards the session table and the worker's queue;
+ * each session's lock guards its dictation state and event queue. Order:
+ * srv->lock before a session's lock, never the reverse.
+ */
+#ifndef SOTTO_SERVER_H
+#define SOTTO_SERVER_H
+
+#include "audio_in.h"
+#include "dictation.h"
+#include "linear.h"
+#include "transcribe.h"
+#include "whisper.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct lws;
+struct lws_context;
+
+/* ---- options ----------------------------------------------------------------- */
+
+#define SRV_MAX_MODELS 8
+
+typedef struct srv_options {
+    char host[128];           /* listen address ("" = all) */
+    int port;
+    char *model_dirs[SRV_MAX_MODELS];
+    int n_models;
+    int allowed[SOTTO_WFMT_COUNT]; /* weight variants sessions may pick */
+    sotto_wfmt default_weights;
+    double memory_budget_mb;  /* resident weights, all variants together */
+    int max_sessions;
+    double max_buffer_s;      /* audio waiting for transcription, per session */
+    double resume_grace_s;    /* a disconnected session is kept this long */
+    double idle_unload_s;     /* unused variants are unloaded after this */
+    double drain_s;           /* SIGTERM: time running sessions get to finish */
+    int max_frame_bytes;      /* largest websocket message accepted */
+    int threads;
+    int max_batch;            /* sessions decoded together */
+    char web_dir[1024];
+    char tls_cert[1024], tls_key[1024];
+    int log_level;
+} srv_options;
+
+void srv_options_default(srv_options *o);
+/* argv / config file; returns 0, 1 (printed help) or -1 (error printed). */
+int srv_options_parse(srv_options *o, int argc, char **argv);
+void srv_options_free(srv_options *o);
+
+/* ---- loaded models ------------------------------------------------------------- */
+
+typedef struct srv_model {
+    char name[64];          /* directory basename: "tiny.en" */
+    const char *dir;
+    sotto_wfmt weights;
+    sotto_model *model;     /* NULL while not loaded (srv->lock) */
+    int refs;               /* sessions using it (srv->lock) */
+    double last_used;       /* monotonic seconds */
+    size_t bytes;
+    char policy[256];
+    /* worker thread only: per-pass decoder states and suppression lists */
+    sotto_state **states;
+    int n_states;
+    int32_t *suppress;
+    int n_suppress;
+    int32_t suppress_begin[2];
+} srv_model;
+
+/* ---- metrics ------------------------------------------------------------------- */
+
+#define SRV_HIST_BUCKETS 12
+
+typedef struct srv_hist {
+    _Atomic uint64_t buckets[SRV_HIST_BUCKETS]; /* cumulative at render time */
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum_us;
+} srv_hist;
+
+typedef struct srv_metrics {
+    _Atomic uint64_t sessions_total, sessions_rejected, sessions_resumed;
+    _Atomic uint64_t audio_in_samples, audio_final_samples, audio_dropped_samples;
+    _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
+    srv_hist pass_queue, encode, decode, pass_total, first_token;
+} srv_metrics;
+
+void srv_hist_add(srv_hist *h, double seconds);
+
+/* ---- sessions ------------------------------------------------------------------ */
+
+typedef enum srv_sess_state {
+    SESS_NEW = 0,    /* connected, no start yet */
+    SESS_LOADING,    /* start accepted, waiting for its model */
+    SESS_RUNNING,
+    SESS_STOPPING,   /* stop received: finishing the transcript */
+    SESS_DONE        /* everything sent; closing */
+} srv_sess_state;
+
+typedef struct srv_event {
+    uint64_t seq;
+    char *json; /* with seq; malloc'd */
+    size_t len;
+    int droppable; /* a partial: may be dropped when the client lags */
+} srv_event;
+
+#define SRV_EVENT_RING 1024
+
+typedef struct srv srv;
+
+typedef struct srv_session {
+    struct srv_session *next;
+    srv *srv;
+    uint64_t id;
+    char id_str[24], token[40];
+    pthread_mutex_t lock;
+    int refs;                 /* srv->lock: table + worker + connection */
+    struct lws *wsi;          /* service thread only; NULL when detached */
+    double detached_at;       /* monotonic; 0 while attached */
+    srv_sess_state state;
+    int closing;              /* close the connection after the queue drains */
+    int fatal;                /* an error ended the session */
+
+    /* what the client asked for */
+    sotto_encoding encoding;
+    int sample_rate, channels;
+    srv_model *sm;            /* its model variant (refs held) */
+    char language[16];
+    sotto_task task;
+    char *prompt;
+    sotto_dictation_params dp;
+
+    sotto_audio_in *ain;      /* service thread only */
+    float *pending;           /* audio decoded before the model was ready */
+    size_t n_pending, cap_pending;
+    uint64_t units_in;        /* PCM frames / opus packets accepted (acked) */
+    uint64_t units_acked_sent;
+    sotto_dictation *dict;    /* session lock */
+    int32_t *prompt_tokens;   /* language/task/prompt for passes */
+    int n_prompt_tokens;
+    int worker_busy;          /* a pass of this session is running (srv->lock) */
+    double pass_due_since;    /* when a pass became due (for latency metrics) */
+    int language_detected;    /* "auto" resolved on the first pass */
+    uint64_t final_samples_seen;
+
+    /* events (session lock) */
+    uint64_t next_seq;
+    srv_event ring[SRV_EVENT_RING]; /* last events, for sending and resume */
+    uint64_t first_kept;      /* seq of the oldest event still in the ring */
+    uint64_t sent_upto;       /* events with seq <= this were written */
+    uint64_t dropped_events;
+} srv_session;
+
+/* ---- the server ----------------------------------------------------------------- */
+
+struct srv {
+    srv_options opt;
+    struct lws_context *ctx;
+    pthread_mutex_t lock;
+    pthread_cond_t work;      /* the worker waits on it */
+    srv_session *sessions;
+    int n_sessions;
+    uint64_t next_id;
+    srv_model models[SRV_MAX_MODELS * SOTTO_WFMT_COUNT];
+    int n_models;
+    _Atomic int ready;        /* the default model is loaded */
+    _Atomic int draining;
+    _Atomic int stop;
+    double drain_started;
+    pthread_t worker;
+    int worker_started;
+    srv_metrics m;
+};
+
+double srv_now(void); /* monotonic seconds */
+void srv_wake(srv *s);  /* wakes the service thread (any thread) */
+
+/* sessions (session.c) */
+srv_session *srv_session_new(srv *s);
+void srv_session_ref(srv *s, srv_session *ss);
+void srv_session_unref(srv *s, srv_session *ss);
+srv_session *srv_session_find(srv *s, const char *id_str);
+/* Queues an event (takes ownership of ev; adds "seq") and wakes the
+ * service thread. Callable from any thread; locks the session itself. */
+void srv_session_emit(srv *s, srv_session *ss, cJSON *ev);
+/* Same, session lock already held. */
+void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev);
+void srv_session_error(srv *s, srv_session *ss, const char *code, const char *msg, int fatal);
+/* Drops detached sessions past the grace period. */
+void srv_sessions_reap(srv *s);
+
+/* models (registry.c) */
+srv_model *srv_model_find(srv *s, const char *name, sotto_wfmt w);
+int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err); /* worker thread: loads if needed */
+void srv_model_release(srv *s, srv_model *sm);
+void srv_models_unload_idle(srv *s);
+
+/* worker (worker.c) */
+int srv_worker_start(srv *s);
+void srv_worker_stop(srv *s);
+void srv_worker_kick(srv *s); /* something may be due */
+
+/* gateway (ws.c, http.c) */
+int srv_gateway_create(srv *s);  /* binds the port; s->ctx */
+void srv_gateway_loop(srv *s);   /* until s->stop */
+void srv_gateway_destroy(srv *s);
+int srv_http_route(srv *s, struct lws *wsi, const char *uri);
+char *srv_metrics_render(srv *s, size_t *len);
+
+#endif

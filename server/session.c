@@ -1,0 +1,181 @@
+/* session.c - session table, lifetimes and event queues. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include "log.h"
+
+#include <libwebsockets.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void srv_wake(srv *s) {
+    if (s->ctx) lws_cancel_service(s->ctx);
+}
+
+static void random_hex(char *out, int bytes) {
+    unsigned char b[32];
+    FILE *f = fopen("/dev/urandom", "rb");
+    size_t got = f ? fread(b, 1, (size_t)bytes, f) : 0;
+    if (f) fclose(f);
+    for (int i = (int)got; i < bytes; i++) b[i] = (unsigned char)(rand() ^ (int)srv_now());
+    for (int i = 0; i < bytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+srv_session *srv_session_new(srv *s) {
+    srv_session *ss = calloc(1, sizeof *ss);
+    if (!ss) return NULL;
+    pthread_mutex_init(&ss->lock, NULL);
+    ss->srv = s;
+    ss->next_seq = 1;
+    ss->first_kept = 1;
+    ss->refs = 1; /* the table's */
+    random_hex(ss->token, 16);
+    pthread_mutex_lock(&s->lock);
+    ss->id = ++s->next_id;
+    char rnd[9];
+    random_hex(rnd, 4);
+    snprintf(ss->id_str, sizeof ss->id_str, "s%llu-%s", (unsigned long long)ss->id, rnd);
+    ss->next = s->sessions;
+    s->sessions = ss;
+    s->n_sessions++;
+    pthread_mutex_unlock(&s->lock);
+    atomic_fetch_add(&s->m.sessions_total, 1);
+    return ss;
+}
+
+static void session_free(srv *s, srv_session *ss) {
+    if (ss->sm) srv_model_release(s, ss->sm);
+    sotto_audio_in_free(ss->ain);
+    sotto_dictation_free(ss->dict);
+    for (int i = 0; i < SRV_EVENT_RING; i++) free(ss->ring[i].json);
+    free(ss->pending);
+    free(ss->prompt);
+    free(ss->prompt_tokens);
+    pthread_mutex_destroy(&ss->lock);
+    free(ss);
+}
+
+void srv_session_ref(srv *s, srv_session *ss) {
+    pthread_mutex_lock(&s->lock);
+    ss->refs++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Removes ss from the table (srv->lock held) and drops the table's ref. */
+static int unlink_locked(srv *s, srv_session *ss) {
+    for (srv_session **p = &s->sessions; *p; p = &(*p)->next) {
+        if (*p == ss) {
+            *p = ss->next;
+            s->n_sessions--;
+            return --ss->refs == 0;
+        }
+    }
+    return 0;
+}
+
+void srv_session_unref(srv *s, srv_session *ss) {
+    pthread_mutex_lock(&s->lock);
+    int last = --ss->refs == 0;
+    pthread_mutex_unlock(&s->lock);
+    if (last) session_free(s, ss);
+}
+
+srv_session *srv_session_find(srv *s, const char *id_str) {
+    srv_session *found = NULL;
+    pthread_mutex_lock(&s->lock);
+    for (srv_session *ss = s->sessions; ss; ss = ss->next)
+        if (strcmp(ss->id_str, id_str) == 0) {
+            found = ss;
+            ss->refs++;
+            break;
+        }
+    pthread_mutex_unlock(&s->lock);
+    return found;
+}
+
+void srv_sessions_reap(srv *s) {
+    double now = srv_now();
+    srv_session *dead[64];
+    int n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (srv_session *ss = s->sessions, *next; ss && n < 64; ss = next) {
+        next = ss->next;
+        int expired = !ss->wsi && ss->detached_at > 0 &&
+                      (now - ss->detached_at > s->opt.resume_grace_s || ss->state == SESS_DONE ||
+                       ss->state == SESS_NEW);
+        if (expired) {
+            if (unlink_locked(s, ss)) dead[n++] = ss;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    for (int i = 0; i < n; i++) {
+        sotto_log(SOTTO_LOG_INFO, dead[i]->id, "session ended");
+        session_free(s, dead[i]);
+    }
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
+    if (!ev) return;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(ev, "type");
+    int droppable = cJSON_IsString(type) && strcmp(type->valuestring, "partial") == 0;
+    uint64_t seq = ss->next_seq++;
+    cJSON_AddNumberToObject(ev, "seq", (double)seq);
+    char *json = cJSON_PrintUnformatted(ev);
+    cJSON_Delete(ev);
+    if (!json) return;
+    srv_event *slot = &ss->ring[seq % SRV_EVENT_RING];
+    if (slot->json) { /* overwriting the oldest kept event */
+        if (slot->seq > ss->sent_upto) { /* never sent: the client lags */
+            ss->dropped_events++;
+            atomic_fetch_add(&s->m.events_dropped, 1);
+            if (!slot->droppable && !ss->closing) {
+                /* a commit or final would be lost: cull the lagging client
+                 * (it may resume from the events still kept) */
+                ss->closing = 1;
+                sotto_log(SOTTO_LOG_WARN, ss->id, "client too slow: %d events unsent",
+                          SRV_EVENT_RING);
+            }
+        }
+        free(slot->json);
+        ss->first_kept = slot->seq + 1;
+    }
+    slot->seq = seq;
+    slot->json = json;
+    slot->len = strlen(json);
+    slot->droppable = droppable;
+    if (s->ctx) lws_cancel_service(s->ctx);
+}
+
+void srv_session_emit(srv *s, srv_session *ss, cJSON *ev) {
+    pthread_mutex_lock(&ss->lock);
+    srv_session_emit_locked(s, ss, ev);
+    pthread_mutex_unlock(&ss->lock);
+}
+
+void srv_session_error(srv *s, srv_session *ss, const char *code, const char *msg, int fatal) {
+    cJSON *e = cJSON_CreateObject();
+    if (!e) return;
+    cJSON_AddStringToObject(e, "type", "error");
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddBoolToObject(e, "fatal", fatal);
+    pthread_mutex_lock(&ss->lock);
+    srv_session_emit_locked(s, ss, e);
+    if (fatal) {
+        ss->fatal = 1;
+        ss->closing = 1;
+    }
+    pthread_mutex_unlock(&ss->lock);
+    atomic_fetch_add(&s->m.bad_messages, 1);
+    sotto_log(SOTTO_LOG_INFO, ss->id, "error %s: %s", code, msg);
+}

@@ -1,0 +1,425 @@
+/* worker.c - the inference worker: loads models for new sessions, then
+ * runs the decode passes that sessions' dictations ask for. Passes of
+ * sessions on the same model variant are decoded together: their decoder
+ * steps run as one batch (sotto_generate_greedy_batch); their encoder
+ * passes run back to back in the same turn. Never touches sockets. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include "generate.h"
+#include "log.h"
+#include "threads.h"
+#include "transcribe.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_BATCH 16
+#define MAX_PROMPT 448
+
+static void emit_cb(void *user, cJSON *ev) {
+    srv_session *ss = user; /* called with the session lock held */
+    srv_session_emit_locked(ss->srv, ss, ev);
+}
+
+/* Prompt tokens for the session's initial prompt (context of the first
+ * window). */
+static void encode_prompt(const sotto_model *m, srv_session *ss) {
+    if (!ss->prompt || !*ss->prompt) return;
+    const sotto_tokenizer *tok = sotto_model_tokenizer(m);
+    if (!sotto_tokenizer_can_encode(tok)) return;
+    size_t len = strlen(ss->prompt);
+    char *text = malloc(len + 2);
+    int32_t *ids = malloc(sizeof(int32_t) * (len + 8));
+    size_t n = 0;
+    if (text && ids) {
+        text[0] = ' ';
+        memcpy(text + 1, ss->prompt, len + 1);
+        if (sotto_tokenizer_encode(tok, text, len + 1, ids, len + 8, &n, NULL) == 0) {
+            ss->prompt_tokens = ids;
+            ss->n_prompt_tokens = (int)n;
+            ids = NULL;
+        }
+    }
+    free(text);
+    free(ids);
+}
+
+static void init_session(srv *s, srv_session *ss) {
+    sotto_err err;
+    sotto_err_clear(&err);
+    if (srv_model_acquire(s, ss->sm, &err)) {
+        srv_session_error(s, ss, "model_unavailable", err.msg, 1);
+        pthread_mutex_lock(&ss->lock);
+        ss->state = SESS_DONE;
+        pthread_mutex_unlock(&ss->lock);
+        return;
+    }
+    const sotto_model *m = ss->sm->model;
+    int multilingual = sotto_model_is_multilingual(m);
+    if (!multilingual) {
+        snprintf(ss->language, sizeof ss->language, "en");
+    } else if (ss->language[0] && strcmp(ss->language, "auto") != 0) {
+        int li = sotto_language_index(m, ss->language);
+        if (li < 0) {
+            srv_session_error(s, ss, "bad_start", "unknown language", 1);
+            pthread_mutex_lock(&ss->lock);
+            ss->state = SESS_DONE;
+            pthread_mutex_unlock(&ss->lock);
+            return;
+        }
+        sotto_language_code(m, li, ss->language, sizeof ss->language);
+        ss->language_detected = 1;
+    } else {
+        snprintf(ss->language, sizeof ss->language, "auto");
+    }
+    encode_prompt(m, ss);
+    pthread_mutex_lock(&ss->lock);
+    ss->dict = sotto_dictation_create(&ss->dp, sotto_model_tokenizer(m), sotto_model_special(m)->eot,
+                                      emit_cb, ss, &err);
+    if (!ss->dict) {
+        pthread_mutex_unlock(&ss->lock);
+        srv_session_error(s, ss, "internal", err.msg, 1);
+        return;
+    }
+    sotto_dictation_set_context(ss->dict, ss->prompt_tokens, ss->n_prompt_tokens);
+    cJSON *e = cJSON_CreateObject();
+    if (e) {
+        cJSON_AddStringToObject(e, "type", "ready");
+        cJSON_AddStringToObject(e, "session", ss->id_str);
+        cJSON_AddStringToObject(e, "token", ss->token);
+        cJSON_AddStringToObject(e, "model", ss->sm->name);
+        cJSON_AddStringToObject(e, "weights", sotto_wfmt_name(ss->sm->weights));
+        cJSON_AddNumberToObject(e, "weights_bytes", (double)ss->sm->bytes);
+        cJSON_AddStringToObject(e, "policy", ss->sm->policy);
+        cJSON_AddStringToObject(e, "language", ss->language);
+        cJSON_AddStringToObject(e, "task", ss->task == SOTTO_TASK_TRANSLATE ? "translate" : "transcribe");
+        cJSON_AddStringToObject(e, "encoding", sotto_encoding_name(ss->encoding));
+        cJSON_AddNumberToObject(e, "sample_rate", ss->sample_rate);
+        cJSON_AddNumberToObject(e, "channels", ss->channels);
+        cJSON_AddBoolToObject(e, "partials", ss->dp.partials);
+        cJSON_AddNumberToObject(e, "step_ms", ss->dp.step_ms);
+        cJSON_AddNumberToObject(e, "max_window_s", ss->dp.max_window_s);
+        cJSON *v = cJSON_AddObjectToObject(e, "vad");
+        cJSON_AddNumberToObject(v, "threshold_db", ss->dp.vad.threshold_db);
+        cJSON_AddNumberToObject(v, "silence_ms", ss->dp.vad.silence_ms);
+        cJSON_AddNumberToObject(v, "preroll_ms", ss->dp.vad.preroll_ms);
+        cJSON_AddNumberToObject(v, "min_speech_ms", ss->dp.vad.min_speech_ms);
+        srv_session_emit_locked(s, ss, e);
+    }
+    if (ss->n_pending) sotto_dictation_push(ss->dict, ss->pending, ss->n_pending);
+    free(ss->pending);
+    ss->pending = NULL;
+    ss->n_pending = ss->cap_pending = 0;
+    if (ss->state == SESS_STOPPING)
+        sotto_dictation_flush(ss->dict, 1);
+    else
+        ss->state = SESS_RUNNING;
+    pthread_mutex_unlock(&ss->lock);
+    sotto_log(SOTTO_LOG_INFO, ss->id, "ready: %s (%s), %.1f MB", ss->sm->name,
+              sotto_wfmt_name(ss->sm->weights), ss->sm->bytes / 1e6);
+}
+
+/* ---- passes ------------------------------------------------------------------------ */
+
+typedef struct job_ctx {
+    srv *s;
+    srv_session *ss;
+    const sotto_pass *pass;
+    double due_since;
+    int seen_token;
+    int32_t prompt[MAX_PROMPT];
+    int n_prompt;
+    float *win;
+} job_ctx;
+
+static int on_token(void *user, int32_t token, float logprob) {
+    job_ctx *c = user;
+    (void)logprob;
+    if (!c->seen_token) {
+        c->seen_token = 1;
+        srv_hist_add(&c->s->m.first_token, srv_now() - c->due_since);
+    }
+    pthread_mutex_lock(&c->ss->lock);
+    sotto_dictation_on_token(c->ss->dict, c->pass->id, token);
+    pthread_mutex_unlock(&c->ss->lock);
+    return 0;
+}
+
+/* [<|startofprev|> context] <|sot|> [lang task] <|notimestamps|> prefix */
+static int build_prompt(const sotto_model *m, srv_session *ss, job_ctx *c) {
+    const sotto_special_tokens *sp = sotto_model_special(m);
+    const sotto_pass *p = c->pass;
+    int n = 0;
+    int ctx = p->n_context;
+    int room = MAX_PROMPT / 2 - 8 - (p->n_prefix > 0 ? 0 : 0);
+    if (ctx > room / 2) ctx = room / 2;
+    if (ctx > 0 && sp->sot_prev >= 0) {
+        c->prompt[n++] = sp->sot_prev;
+        memcpy(c->prompt + n, p->context + p->n_context - ctx, sizeof(int32_t) * (size_t)ctx);
+        n += ctx;
+    }
+    c->prompt[n++] = sp->sot;
+    if (sotto_model_is_multilingual(m)) {
+        int li = sotto_language_index(m, ss->language);
+        c->prompt[n++] = sp->lang_begin + (li >= 0 ? li : 0);
+        c->prompt[n++] = ss->task == SOTTO_TASK_TRANSLATE ? sp->translate : sp->transcribe;
+    }
+    c->prompt[n++] = sp->no_timestamps;
+    int pre = p->n_prefix;
+    if (n + pre > MAX_PROMPT - 32) pre = MAX_PROMPT - 32 - n; /* never: windows are short */
+    if (pre < 0) pre = 0;
+    memcpy(c->prompt + n, p->prefix, sizeof(int32_t) * (size_t)pre);
+    n += pre;
+    c->n_prompt = n;
+    return n;
+}
+
+/* The pass window as features: log-mel of its audio, padded to 30 s. */
+static int window_features(const sotto_model *m, const sotto_pass *p, float *win, sotto_err *err) {
+    const int nm = sotto_model_hparams(m)->n_mels;
+    float *mel = NULL;
+    size_t nf = 0;
+    int rc = sotto_mel_compute(sotto_model_mel(m), p->samples, p->n, SOTTO_HOP, 0, &mel, &nf, err);
+    if (rc) return rc;
+    size_t take = nf > 0 ? nf - 1 : 0;
+    if (take > SOTTO_N_FRAMES) take = SOTTO_N_FRAMES;
+    for (int c = 0; c < nm; c++) {
+        memcpy(win + (size_t)c * SOTTO_N_FRAMES, mel + (size_t)c * nf, sizeof(float) * take);
+        memset(win + (size_t)c * SOTTO_N_FRAMES + take, 0, sizeof(float) * (SOTTO_N_FRAMES - take));
+    }
+    free(mel);
+    return SOTTO_OK;
+}
+
+static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **batch, int n) {
+    const sotto_model *m = sm->model;
+    const int nm = sotto_model_hparams(m)->n_mels;
+    job_ctx ctx[MAX_BATCH];
+    sotto_gen_job jobs[MAX_BATCH];
+    int nj = 0;
+    sotto_err err;
+    /* one decoder state per batch slot, kept with the model */
+    if (sm->n_states < n) {
+        sotto_state **ns = realloc(sm->states, sizeof *ns * (size_t)n);
+        if (ns) {
+            sm->states = ns;
+            while (sm->n_states < n && (ns[sm->n_states] = sotto_state_create(m, 1, &err)))
+                sm->n_states++;
+        }
+    }
+    double t_enc = srv_now();
+    for (int i = 0; i < n && nj < sm->n_states; i++) {
+        srv_session *ss = batch[i];
+        job_ctx *c = &ctx[nj];
+        memset(c, 0, offsetof(job_ctx, prompt));
+        c->s = s;
+        c->ss = ss;
+        pthread_mutex_lock(&ss->lock);
+        c->due_since = ss->pass_due_since;
+        c->pass = sotto_dictation_take_pass(ss->dict);
+        pthread_mutex_unlock(&ss->lock);
+        if (!c->pass) continue;
+        srv_hist_add(&s->m.pass_queue, srv_now() - c->due_since);
+        c->win = malloc(sizeof(float) * (size_t)nm * SOTTO_N_FRAMES);
+        sotto_state *st = sm->states[nj];
+        int rc = c->win ? window_features(m, c->pass, c->win, &err) : SOTTO_E_NOMEM;
+        if (rc == 0) rc = sotto_encode(m, ws, st, c->win, &err);
+        if (rc == 0 && !ss->language_detected && sotto_model_is_multilingual(m)) {
+            float probs[128];
+            int best = 0;
+            if (sotto_detect_language(m, ws, st, probs, &best, &err) == 0) {
+                pthread_mutex_lock(&ss->lock);
+                sotto_language_code(m, best, ss->language, sizeof ss->language);
+                ss->language_detected = 1;
+                cJSON *e = cJSON_CreateObject();
+                if (e) {
+                    cJSON_AddStringToObject(e, "type", "language");
+                    cJSON_AddStringToObject(e, "language", ss->language);
+                    cJSON_AddNumberToObject(e, "probability", probs[best]);
+                    srv_session_emit_locked(s, ss, e);
+                }
+                pthread_mutex_unlock(&ss->lock);
+            }
+        }
+        free(c->win);
+        c->win = NULL;
+        if (rc) {
+            sotto_log(SOTTO_LOG_WARN, ss->id, "pass failed: %s", err.msg);
+            pthread_mutex_lock(&ss->lock);
+            sotto_dictation_abandon_pass(ss->dict, c->pass->id);
+            pthread_mutex_unlock(&ss->lock);
+            continue;
+        }
+        build_prompt(m, ss, c);
+        sotto_gen_job *j = &jobs[nj];
+        memset(j, 0, sizeof *j);
+        j->st = st;
+        j->prompt = c->prompt;
+        j->n_prompt = c->n_prompt;
+        j->on_token = on_token;
+        j->user = c;
+        nj++;
+    }
+    double t_dec = srv_now();
+    if (nj) srv_hist_add(&s->m.encode, (t_dec - t_enc) / nj);
+    sotto_generate_opts o = sotto_generate_default_opts();
+    o.suppress = sm->suppress;
+    o.n_suppress = sm->n_suppress;
+    o.suppress_begin = sm->suppress_begin;
+    o.n_suppress_begin = sm->suppress_begin[0] >= 0 ? 2 : 1;
+    if (o.n_suppress_begin == 1) o.suppress_begin = &sm->suppress_begin[1];
+    int brc = nj ? sotto_generate_greedy_batch(m, ws, jobs, nj, &o, &err) : SOTTO_OK;
+    if (nj) srv_hist_add(&s->m.decode, srv_now() - t_dec);
+    for (int i = 0; i < nj; i++) {
+        job_ctx *c = &ctx[i];
+        srv_session *ss = c->ss;
+        sotto_generate_result *r = &jobs[i].res;
+        pthread_mutex_lock(&ss->lock);
+        if (brc || jobs[i].status) {
+            sotto_dictation_abandon_pass(ss->dict, c->pass->id);
+        } else {
+            /* nothing was said (Whisper's no-speech rule): commit nothing */
+            int silent = r->no_speech_prob > 0.6f && r->avg_logprob < -1.0f;
+            sotto_dictation_complete_pass(ss->dict, c->pass->id, r->tokens, silent ? 0 : r->n_tokens);
+            atomic_fetch_add(&s->m.passes, 1);
+            srv_hist_add(&s->m.pass_total, srv_now() - c->due_since);
+        }
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(ss->dict, &st);
+        atomic_fetch_add(&s->m.audio_final_samples, st.samples_final - ss->final_samples_seen);
+        ss->final_samples_seen = st.samples_final;
+        if (ss->state == SESS_STOPPING && sotto_dictation_done(ss->dict)) {
+            cJSON *e = cJSON_CreateObject();
+            if (e) {
+                cJSON_AddStringToObject(e, "type", "done");
+                cJSON_AddNumberToObject(e, "audio_seconds", st.samples_in / 16000.0);
+                cJSON_AddNumberToObject(e, "dropped_seconds", st.samples_dropped / 16000.0);
+                srv_session_emit_locked(s, ss, e);
+            }
+            ss->state = SESS_DONE;
+            ss->closing = 1;
+        }
+        pthread_mutex_unlock(&ss->lock);
+        sotto_generate_result_free(r);
+    }
+    if (brc) SOTTO_WARN("decode batch failed: %s", err.msg);
+}
+
+/* A stopping session whose dictation is already done (nothing to decode). */
+static void finish_if_done(srv *s, srv_session *ss) {
+    pthread_mutex_lock(&ss->lock);
+    if (ss->state == SESS_STOPPING && ss->dict && sotto_dictation_done(ss->dict)) {
+        cJSON *e = cJSON_CreateObject();
+        if (e) {
+            sotto_dictation_stats st;
+            sotto_dictation_get_stats(ss->dict, &st);
+            cJSON_AddStringToObject(e, "type", "done");
+            cJSON_AddNumberToObject(e, "audio_seconds", st.samples_in / 16000.0);
+            cJSON_AddNumberToObject(e, "dropped_seconds", st.samples_dropped / 16000.0);
+            srv_session_emit_locked(s, ss, e);
+        }
+        ss->state = SESS_DONE;
+        ss->closing = 1;
+    }
+    pthread_mutex_unlock(&ss->lock);
+}
+
+static void *worker_main(void *arg) {
+    srv *s = arg;
+    sotto_threads_set(s->opt.threads);
+    sotto_workspace *ws = sotto_workspace_create();
+    sotto_err err;
+    if (s->n_models && srv_model_acquire(s, &s->models[0], &err) == 0) {
+        atomic_store(&s->ready, 1);
+    } else {
+        SOTTO_ERROR("cannot load the default model: %s", err.msg);
+        atomic_store(&s->stop, 1);
+        if (s->ctx) srv_wake(s);
+    }
+    int max_batch = s->opt.max_batch < MAX_BATCH ? s->opt.max_batch : MAX_BATCH;
+    pthread_mutex_lock(&s->lock);
+    while (!atomic_load(&s->stop)) {
+        srv_session *init[MAX_BATCH], *batch[MAX_BATCH], *finish[MAX_BATCH];
+        int n_init = 0, n_batch = 0, n_finish = 0;
+        srv_model *bm = NULL;
+        double now = srv_now();
+        for (srv_session *ss = s->sessions; ss; ss = ss->next) {
+            if (ss->fatal || ss->worker_busy) continue;
+            pthread_mutex_lock(&ss->lock);
+            int needs_init = !ss->dict && ss->sm &&
+                             (ss->state == SESS_LOADING || ss->state == SESS_STOPPING);
+            int due = ss->dict && sotto_dictation_pass_due(ss->dict);
+            int done = ss->dict && ss->state == SESS_STOPPING && sotto_dictation_done(ss->dict);
+            if (due && ss->pass_due_since == 0) ss->pass_due_since = now;
+            if (!due) ss->pass_due_since = 0;
+            pthread_mutex_unlock(&ss->lock);
+            if (needs_init && n_init < MAX_BATCH) {
+                ss->refs++;
+                ss->worker_busy = 1;
+                init[n_init++] = ss;
+            } else if (due && n_batch < max_batch && (!bm || ss->sm == bm)) {
+                ss->refs++;
+                ss->worker_busy = 1;
+                bm = ss->sm;
+                batch[n_batch++] = ss;
+            } else if (done && n_finish < MAX_BATCH) {
+                ss->refs++;
+                finish[n_finish++] = ss;
+            }
+        }
+        if (!n_init && !n_batch && !n_finish) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            int rc = pthread_cond_timedwait(&s->work, &s->lock, &ts);
+            if (rc == ETIMEDOUT) { /* housekeeping once a second */
+                pthread_mutex_unlock(&s->lock);
+                srv_models_unload_idle(s);
+                srv_wake(s);
+                pthread_mutex_lock(&s->lock);
+            }
+            continue;
+        }
+        pthread_mutex_unlock(&s->lock);
+        for (int i = 0; i < n_init; i++) init_session(s, init[i]);
+        if (n_batch) run_batch(s, ws, bm, batch, n_batch);
+        for (int i = 0; i < n_finish; i++) finish_if_done(s, finish[i]);
+        pthread_mutex_lock(&s->lock);
+        for (int i = 0; i < n_init; i++) init[i]->worker_busy = 0;
+        for (int i = 0; i < n_batch; i++) batch[i]->worker_busy = 0;
+        pthread_mutex_unlock(&s->lock);
+        for (int i = 0; i < n_init; i++) srv_session_unref(s, init[i]);
+        for (int i = 0; i < n_batch; i++) srv_session_unref(s, batch[i]);
+        for (int i = 0; i < n_finish; i++) srv_session_unref(s, finish[i]);
+        srv_wake(s);
+        pthread_mutex_lock(&s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    sotto_workspace_free(ws);
+    return NULL;
+}
+
+void srv_worker_kick(srv *s) {
+    pthread_mutex_lock(&s->lock);
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->lock);
+}
+
+int srv_worker_start(srv *s) {
+    if (pthread_create(&s->worker, NULL, worker_main, s) != 0) return -1;
+    s->worker_started = 1;
+    return 0;
+}
+
+void srv_worker_stop(srv *s) {
+    if (!s->worker_started) return;
+    atomic_store(&s->stop, 1);
+    srv_worker_kick(s);
+    pthread_join(s->worker, NULL);
+    s->worker_started = 0;
+}

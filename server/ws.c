@@ -1,0 +1,546 @@
+/* ws.c - the libwebsockets gateway: one protocol callback for HTTP and the
+ * dictation WebSocket endpoint /v1/stream (docs/PROTOCOL.md). Runs on the
+ * service thread only. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include "log.h"
+
+#include <libwebsockets.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct conn {
+    srv_session *ss;
+    unsigned char *rx; /* message being assembled */
+    size_t rx_len, rx_cap;
+    int rx_overflow;
+    unsigned char *tx; /* LWS_PRE + event being written */
+    size_t tx_cap;
+} conn;
+
+static srv *g_srv; /* set by srv_gateway_run; the callback has no user pointer of its own */
+
+/* ---- small helpers --------------------------------------------------------------- */
+
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Optional number field: 0 absent, 1 present and in [lo, hi], -1 bad. */
+static int jnum(const cJSON *o, const char *k, double lo, double hi, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) return -1;
+    *out = v->valuedouble;
+    return 1;
+}
+
+static void ack(srv *s, srv_session *ss, int force) {
+    uint64_t step = ss->encoding == SOTTO_ENCODING_OPUS ? 12 : (uint64_t)ss->sample_rate / 4;
+    if (!force && ss->units_in - ss->units_acked_sent < step) return;
+    cJSON *e = cJSON_CreateObject();
+    if (!e) return;
+    cJSON_AddStringToObject(e, "type", "ack");
+    cJSON_AddNumberToObject(e, "offset", (double)ss->units_in);
+    ss->units_acked_sent = ss->units_in;
+    srv_session_emit(s, ss, e);
+}
+
+/* ---- control messages ------------------------------------------------------------ */
+
+static int parse_vad(srv_session *ss, const cJSON *v, char *why, size_t whysz) {
+    if (!v) return 0;
+    if (!cJSON_IsObject(v)) return snprintf(why, whysz, "vad must be an object"), -1;
+    double x;
+    struct {
+        const char *k;
+        int *field;
+        double lo, hi;
+    } ints[] = {{"silence_ms", &ss->dp.vad.silence_ms, 100, 10000},
+                {"preroll_ms", &ss->dp.vad.preroll_ms, 0, 2000},
+                {"min_speech_ms", &ss->dp.vad.min_speech_ms, 0, 2000}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        int r = jnum(v, ints[i].k, ints[i].lo, ints[i].hi, &x);
+        if (r < 0) return snprintf(why, whysz, "vad.%s must be a number in %g..%g", ints[i].k, ints[i].lo, ints[i].hi), -1;
+        if (r) *ints[i].field = (int)x;
+    }
+    int r = jnum(v, "threshold_db", 0, 40, &x);
+    if (r < 0) return snprintf(why, whysz, "vad.threshold_db must be a number in 0..40"), -1;
+    if (r) ss->dp.vad.threshold_db = (float)x;
+    return 0;
+}
+
+static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
+    char why[256];
+    if (ss->state != SESS_NEW) {
+        srv_session_error(s, ss, "already_started", "the session has already started", 0);
+        return;
+    }
+    const char *enc = jstr(msg, "encoding");
+    sotto_encoding e = SOTTO_ENCODING_PCM_S16LE;
+    if (enc && sotto_encoding_parse(enc, &e)) {
+        snprintf(why, sizeof why, "unknown encoding '%s' (pcm_s16le, pcm_f32le, opus)", enc);
+        srv_session_error(s, ss, "bad_start", why, 0);
+        return;
+    }
+    double rate = e == SOTTO_ENCODING_OPUS ? 48000 : 16000, ch = 1, step = 1000, maxw = 28;
+    if (jnum(msg, "sample_rate", 8000, 48000, &rate) < 0 || jnum(msg, "channels", 1, 2, &ch) < 0 ||
+        jnum(msg, "step_ms", 100, 10000, &step) < 0 || jnum(msg, "max_window_s", 2, 30, &maxw) < 0) {
+        srv_session_error(s, ss, "bad_start",
+                          "sample_rate must be 8000..48000, channels 1 or 2, step_ms 100..10000, "
+                          "max_window_s 2..30",
+                          0);
+        return;
+    }
+    const char *model = jstr(msg, "model");
+    const char *weights = jstr(msg, "weights");
+    sotto_wfmt w = s->opt.default_weights;
+    if (weights && sotto_wfmt_parse(weights, &w)) {
+        snprintf(why, sizeof why, "unknown weights '%s'", weights);
+        srv_session_error(s, ss, "bad_start", why, 0);
+        return;
+    }
+    if (!s->opt.allowed[w]) {
+        snprintf(why, sizeof why, "weights '%s' are not offered by this server", sotto_wfmt_name(w));
+        srv_session_error(s, ss, "weights_not_allowed", why, 0);
+        return;
+    }
+    srv_model *sm = srv_model_find(s, model, w);
+    if (!sm) {
+        snprintf(why, sizeof why, "unknown model '%s'", model ? model : "");
+        srv_session_error(s, ss, "unknown_model", why, 0);
+        return;
+    }
+    const char *lang = jstr(msg, "language"), *task = jstr(msg, "task"), *prompt = jstr(msg, "prompt");
+    if ((lang && strlen(lang) >= sizeof ss->language) || (task && strcmp(task, "transcribe") &&
+                                                          strcmp(task, "translate")) ||
+        (prompt && strlen(prompt) > 2000)) {
+        srv_session_error(s, ss, "bad_start",
+                          "language must be a code or 'auto', task transcribe or translate, "
+                          "prompt at most 2000 bytes",
+                          0);
+        return;
+    }
+    const cJSON *partials = cJSON_GetObjectItemCaseSensitive(msg, "partials");
+    ss->dp = sotto_dictation_default_params();
+    ss->dp.step_ms = (int)step;
+    ss->dp.max_window_s = (float)maxw;
+    ss->dp.max_backlog_s = (float)s->opt.max_buffer_s;
+    if (ss->dp.max_backlog_s < ss->dp.max_window_s) ss->dp.max_backlog_s = ss->dp.max_window_s;
+    if (cJSON_IsBool(partials)) ss->dp.partials = cJSON_IsTrue(partials);
+    if (parse_vad(ss, cJSON_GetObjectItemCaseSensitive(msg, "vad"), why, sizeof why)) {
+        srv_session_error(s, ss, "bad_start", why, 0);
+        return;
+    }
+    sotto_err err;
+    if (sotto_dictation_params_check(&ss->dp, &err)) {
+        srv_session_error(s, ss, "bad_start", err.msg, 0);
+        return;
+    }
+    ss->ain = sotto_audio_in_create(e, (int)rate, (int)ch, &err);
+    if (!ss->ain) {
+        srv_session_error(s, ss, "bad_start", err.msg, 0);
+        return;
+    }
+    ss->encoding = e;
+    ss->sample_rate = (int)rate;
+    ss->channels = (int)ch;
+    snprintf(ss->language, sizeof ss->language, "%s", lang ? lang : "");
+    ss->task = task && !strcmp(task, "translate") ? SOTTO_TASK_TRANSLATE : SOTTO_TASK_TRANSCRIBE;
+    if (prompt && !(ss->prompt = strdup(prompt))) {
+        srv_session_error(s, ss, "internal", "out of memory", 1);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    ss->sm = sm;
+    sm->refs++;
+    ss->state = SESS_LOADING;
+    pthread_mutex_unlock(&s->lock);
+    sotto_log(SOTTO_LOG_INFO, ss->id, "start: %s %d Hz x%d, model %s (%s)", sotto_encoding_name(e),
+              ss->sample_rate, ss->channels, sm->name, sotto_wfmt_name(w));
+    srv_worker_kick(s);
+}
+
+static void on_stop(srv *s, srv_session *ss, int end_of_stream) {
+    if (ss->state == SESS_NEW) {
+        if (end_of_stream) {
+            srv_session_emit(s, ss, cJSON_Parse("{\"type\":\"done\"}"));
+            pthread_mutex_lock(&ss->lock);
+            ss->state = SESS_DONE;
+            ss->closing = 1;
+            pthread_mutex_unlock(&ss->lock);
+        }
+        return;
+    }
+    if (end_of_stream && ss->ain) { /* the resampler's tail */
+        float tail[256];
+        size_t n = 0;
+        sotto_audio_in_flush(ss->ain, tail, 256, &n);
+        pthread_mutex_lock(&ss->lock);
+        if (ss->dict)
+            sotto_dictation_push(ss->dict, tail, n);
+        pthread_mutex_unlock(&ss->lock);
+    }
+    ack(s, ss, 1);
+    pthread_mutex_lock(&ss->lock);
+    if (end_of_stream && ss->state != SESS_DONE) ss->state = SESS_STOPPING;
+    if (ss->dict) sotto_dictation_flush(ss->dict, end_of_stream);
+    pthread_mutex_unlock(&ss->lock);
+    srv_worker_kick(s);
+}
+
+/* Attaches an existing (detached) session to this connection. */
+static void on_resume(srv *s, struct lws *wsi, conn *c, const cJSON *msg) {
+    const char *id = jstr(msg, "session"), *token = jstr(msg, "token");
+    double last_seq = 0;
+    if (!id || !token || jnum(msg, "last_seq", 0, 1e15, &last_seq) < 0) {
+        srv_session_error(s, c->ss, "bad_resume", "resume needs session, token and last_seq", 0);
+        return;
+    }
+    if (c->ss->state != SESS_NEW) {
+        srv_session_error(s, c->ss, "bad_resume", "resume must be the first message", 0);
+        return;
+    }
+    srv_session *old = srv_session_find(s, id);
+    if (!old || strcmp(old->token, token) != 0 || old == c->ss) {
+        if (old) srv_session_unref(s, old);
+        srv_session_error(s, c->ss, "unknown_session", "no such session, or a wrong token", 0);
+        return;
+    }
+    if (old->wsi) {
+        srv_session_unref(s, old);
+        srv_session_error(s, c->ss, "session_attached", "the session has a live connection", 0);
+        return;
+    }
+    /* drop the placeholder session of this connection, adopt the old one */
+    srv_session *placeholder = c->ss;
+    placeholder->wsi = NULL;
+    placeholder->detached_at = srv_now();
+    srv_session_unref(s, placeholder);
+    c->ss = old; /* keeps the ref taken by find */
+    pthread_mutex_lock(&old->lock);
+    old->wsi = wsi;
+    old->detached_at = 0;
+    old->closing = 0;
+    uint64_t have = (uint64_t)last_seq;
+    if (have >= old->next_seq) have = old->next_seq - 1;
+    int lost = have + 1 < old->first_kept;
+    old->sent_upto = have < old->first_kept ? old->first_kept - 1 : have;
+    cJSON *e = cJSON_CreateObject();
+    if (e) {
+        cJSON_AddStringToObject(e, "type", "resumed");
+        cJSON_AddStringToObject(e, "session", old->id_str);
+        cJSON_AddNumberToObject(e, "offset", (double)old->units_in);
+        cJSON_AddBoolToObject(e, "events_lost", lost);
+        srv_session_emit_locked(s, old, e);
+    }
+    pthread_mutex_unlock(&old->lock);
+    atomic_fetch_add(&s->m.sessions_resumed, 1);
+    sotto_log(SOTTO_LOG_INFO, old->id, "resumed at offset %llu", (unsigned long long)old->units_in);
+}
+
+static void on_text(srv *s, struct lws *wsi, conn *c) {
+    cJSON *msg = cJSON_ParseWithLength((const char *)c->rx, c->rx_len);
+    const char *type = msg ? jstr(msg, "type") : NULL;
+    if (!msg || !cJSON_IsObject(msg)) {
+        srv_session_error(s, c->ss, "bad_json", "control messages must be JSON objects", 0);
+    } else if (!type) {
+        srv_session_error(s, c->ss, "bad_message", "a control message needs a \"type\"", 0);
+    } else if (!strcmp(type, "start")) {
+        on_start(s, c->ss, msg);
+    } else if (!strcmp(type, "flush")) {
+        on_stop(s, c->ss, 0);
+    } else if (!strcmp(type, "stop")) {
+        on_stop(s, c->ss, 1);
+    } else if (!strcmp(type, "resume")) {
+        on_resume(s, wsi, c, msg);
+    } else if (!strcmp(type, "ping")) {
+        srv_session_emit(s, c->ss, cJSON_Parse("{\"type\":\"pong\"}"));
+    } else {
+        char why[160];
+        snprintf(why, sizeof why, "unknown message type '%.64s'", type);
+        srv_session_error(s, c->ss, "unknown_type", why, 0);
+    }
+    cJSON_Delete(msg);
+}
+
+static void on_audio(srv *s, conn *c) {
+    srv_session *ss = c->ss;
+    if (ss->state == SESS_NEW) {
+        srv_session_error(s, ss, "not_started", "audio before start: send a start message first", 0);
+        return;
+    }
+    if (ss->state >= SESS_STOPPING) {
+        srv_session_error(s, ss, "stopped", "audio after stop is ignored", 0);
+        return;
+    }
+    size_t cap = sotto_audio_in_max_out(ss->ain, c->rx_len);
+    float *out = malloc(sizeof(float) * (cap ? cap : 1));
+    size_t n = 0;
+    sotto_err err;
+    if (!out) {
+        srv_session_error(s, ss, "internal", "out of memory", 0);
+        return;
+    }
+    sotto_audio_in_stats before, after;
+    sotto_audio_in_get_stats(ss->ain, &before);
+    int rc = sotto_audio_in_push(ss->ain, c->rx, c->rx_len, out, cap, &n, &err);
+    sotto_audio_in_get_stats(ss->ain, &after);
+    if (rc) {
+        srv_session_error(s, ss, "bad_audio", err.msg, 0);
+        free(out);
+        return;
+    }
+    if (after.bad_packets > before.bad_packets) {
+        atomic_fetch_add(&s->m.concealed_packets, after.bad_packets - before.bad_packets);
+        cJSON *e = cJSON_CreateObject();
+        if (e) {
+            cJSON_AddStringToObject(e, "type", "warning");
+            cJSON_AddStringToObject(e, "code", "bad_packet");
+            cJSON_AddStringToObject(e, "message", "an Opus packet could not be decoded; concealed");
+            cJSON_AddNumberToObject(e, "bad_packets", (double)after.bad_packets);
+            srv_session_emit(s, ss, e);
+        }
+    }
+    ss->units_in += ss->encoding == SOTTO_ENCODING_OPUS ? 1 : after.input_frames - before.input_frames;
+    atomic_fetch_add(&s->m.audio_in_samples, n);
+    pthread_mutex_lock(&ss->lock);
+    if (ss->dict) {
+        sotto_dictation_push(ss->dict, out, n);
+    } else { /* model still loading: keep it, bounded */
+        size_t limit = (size_t)(s->opt.max_buffer_s * 16000);
+        if (ss->n_pending + n > ss->cap_pending && ss->n_pending + n <= limit) {
+            size_t cap2 = (ss->n_pending + n) * 2 < limit ? (ss->n_pending + n) * 2 : limit;
+            float *np = realloc(ss->pending, sizeof(float) * cap2);
+            if (np) ss->pending = np, ss->cap_pending = cap2;
+        }
+        size_t take = ss->cap_pending - ss->n_pending < n ? ss->cap_pending - ss->n_pending : n;
+        memcpy(ss->pending + ss->n_pending, out, sizeof(float) * take);
+        ss->n_pending += take;
+        if (take < n) atomic_fetch_add(&s->m.audio_dropped_samples, n - take);
+    }
+    pthread_mutex_unlock(&ss->lock);
+    free(out);
+    ack(s, ss, 0);
+    srv_worker_kick(s);
+}
+
+/* ---- writing ---------------------------------------------------------------------- */
+
+static int write_next(srv *s, struct lws *wsi, conn *c) {
+    srv_session *ss = c->ss;
+    pthread_mutex_lock(&ss->lock);
+    uint64_t last = ss->next_seq - 1;
+    uint64_t seq = ss->sent_upto + 1;
+    if (seq < ss->first_kept) seq = ss->first_kept;
+    /* skip partials that newer events already supersede */
+    while (seq <= last && ss->ring[seq % SRV_EVENT_RING].droppable && last - seq > 4) seq++;
+    if (seq > last) {
+        int close_now = ss->closing;
+        ss->sent_upto = last;
+        pthread_mutex_unlock(&ss->lock);
+        if (close_now) {
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
+            return -1;
+        }
+        return 0;
+    }
+    srv_event *ev = &ss->ring[seq % SRV_EVENT_RING];
+    if (c->tx_cap < LWS_PRE + ev->len) {
+        unsigned char *nb = realloc(c->tx, LWS_PRE + ev->len + 256);
+        if (!nb) {
+            pthread_mutex_unlock(&ss->lock);
+            return -1;
+        }
+        c->tx = nb;
+        c->tx_cap = LWS_PRE + ev->len + 256;
+    }
+    size_t len = ev->len;
+    memcpy(c->tx + LWS_PRE, ev->json, len);
+    ss->sent_upto = seq;
+    int more = seq < last || ss->closing;
+    pthread_mutex_unlock(&ss->lock);
+    if (lws_write(wsi, c->tx + LWS_PRE, len, LWS_WRITE_TEXT) < (int)len) return -1;
+    atomic_fetch_add(&s->m.events_sent, 1);
+    if (more) lws_callback_on_writable(wsi);
+    return 0;
+}
+
+/* After a wake-up: connections with something to send get a writeable
+ * callback; expired sessions go; a draining server stops sessions. */
+static void service_wakeup(srv *s) {
+    srv_sessions_reap(s);
+    int draining = atomic_load(&s->draining);
+    srv_session *to_stop[256];
+    int n_stop = 0, active = 0;
+    pthread_mutex_lock(&s->lock);
+    for (srv_session *ss = s->sessions; ss; ss = ss->next) {
+        pthread_mutex_lock(&ss->lock);
+        int pending = ss->sent_upto + 1 < ss->next_seq || ss->closing;
+        if (ss->state == SESS_LOADING || ss->state == SESS_RUNNING || ss->state == SESS_STOPPING)
+            active++;
+        if (draining && (ss->state == SESS_RUNNING || ss->state == SESS_LOADING) && n_stop < 256) {
+            ss->refs++;
+            to_stop[n_stop++] = ss;
+        }
+        if (ss->wsi && pending) lws_callback_on_writable(ss->wsi);
+        pthread_mutex_unlock(&ss->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    for (int i = 0; i < n_stop; i++) { /* SIGTERM: finish what was heard, then close */
+        on_stop(s, to_stop[i], 1);
+        srv_session_unref(s, to_stop[i]);
+    }
+    if (draining && (active == 0 || srv_now() - s->drain_started > s->opt.drain_s))
+        atomic_store(&s->stop, 1);
+}
+
+/* ---- the callback ------------------------------------------------------------------ */
+
+static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                    size_t len) {
+    srv *s = g_srv;
+    conn *c = user;
+    switch (reason) {
+    case LWS_CALLBACK_HTTP:
+        return srv_http_route(s, wsi, (const char *)in);
+    case LWS_CALLBACK_ESTABLISHED: {
+        memset(c, 0, sizeof *c);
+        char uri[256] = "";
+        lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
+        c->ss = srv_session_new(s);
+        if (!c->ss) return -1;
+        c->ss->wsi = wsi;
+        srv_session_ref(s, c->ss); /* the connection's */
+        if (strcmp(uri, "/v1/stream") != 0 && strcmp(uri, "/") != 0) {
+            srv_session_error(s, c->ss, "not_found", "WebSocket endpoints: /v1/stream", 1);
+        } else if (atomic_load(&s->draining)) {
+            srv_session_error(s, c->ss, "shutting_down", "the server is shutting down", 1);
+        } else {
+            pthread_mutex_lock(&s->lock);
+            int busy = 0;
+            for (srv_session *ss = s->sessions; ss; ss = ss->next)
+                busy += ss != c->ss && ss->state != SESS_DONE && (ss->wsi || ss->state != SESS_NEW);
+            pthread_mutex_unlock(&s->lock);
+            if (busy >= s->opt.max_sessions) {
+                atomic_fetch_add(&s->m.sessions_rejected, 1);
+                srv_session_error(s, c->ss, "overloaded", "the server has no free session slot", 1);
+            }
+        }
+        cJSON *e = cJSON_CreateObject();
+        if (e && !c->ss->closing) {
+            cJSON_AddStringToObject(e, "type", "hello");
+            cJSON_AddStringToObject(e, "protocol", "sotto.v1");
+            srv_session_emit(s, c->ss, e);
+        } else {
+            cJSON_Delete(e);
+        }
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    case LWS_CALLBACK_RECEIVE: {
+        if (!c->ss) return -1;
+        if (lws_is_first_fragment(wsi)) c->rx_len = 0, c->rx_overflow = 0;
+        if (!c->rx_overflow) {
+            if (c->rx_len + len > (size_t)s->opt.max_frame_bytes) {
+                c->rx_overflow = 1;
+            } else {
+                if (c->rx_len + len > c->rx_cap) {
+                    size_t cap = (c->rx_len + len) * 2;
+                    if (cap > (size_t)s->opt.max_frame_bytes) cap = (size_t)s->opt.max_frame_bytes;
+                    unsigned char *nb = realloc(c->rx, cap);
+                    if (!nb) return -1;
+                    c->rx = nb;
+                    c->rx_cap = cap;
+                }
+                memcpy(c->rx + c->rx_len, in, len);
+                c->rx_len += len;
+            }
+        }
+        if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi)) return 0;
+        if (c->rx_overflow) {
+            char why[128];
+            snprintf(why, sizeof why, "messages are limited to %d bytes", s->opt.max_frame_bytes);
+            srv_session_error(s, c->ss, "frame_too_large", why, 0);
+        } else if (lws_frame_is_binary(wsi)) {
+            on_audio(s, c);
+        } else {
+            on_text(s, wsi, c);
+        }
+        c->rx_len = 0;
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        if (!c->ss) return -1;
+        return write_next(s, wsi, c);
+    case LWS_CALLBACK_CLOSED:
+        if (c->ss) {
+            pthread_mutex_lock(&c->ss->lock);
+            c->ss->wsi = NULL;
+            c->ss->detached_at = srv_now();
+            pthread_mutex_unlock(&c->ss->lock);
+            sotto_log(SOTTO_LOG_DEBUG, c->ss->id, "connection closed");
+            srv_session_unref(s, c->ss);
+            c->ss = NULL;
+        }
+        free(c->rx);
+        free(c->tx);
+        c->rx = c->tx = NULL;
+        return 0;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        service_wakeup(s);
+        return 0;
+    default:
+        break;
+    }
+    return lws_callback_http_dummy(wsi, reason, user, in, len);
+}
+
+static const struct lws_protocols k_protocols[] = {
+    {"sotto.v1", callback, sizeof(conn), 65536, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+static void lws_logger(int level, const char *line) {
+    sotto_log(level & LLL_ERR ? SOTTO_LOG_ERROR : SOTTO_LOG_DEBUG, 0, "lws: %.*s",
+              (int)strcspn(line, "\n"), line);
+}
+
+int srv_gateway_create(srv *s) {
+    g_srv = s;
+    lws_set_log_level(LLL_ERR | LLL_WARN, lws_logger);
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof info);
+    info.port = s->opt.port;
+    info.iface = s->opt.host[0] ? s->opt.host : NULL;
+    info.protocols = k_protocols;
+    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
+    info.pt_serv_buf_size = 32 * 1024;
+    if (s->opt.tls_cert[0]) {
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = s->opt.tls_cert;
+        info.ssl_private_key_filepath = s->opt.tls_key;
+    }
+    s->ctx = lws_create_context(&info);
+    if (!s->ctx) {
+        SOTTO_ERROR("cannot listen on %s:%d (port in use? unreadable TLS files?)",
+                    s->opt.host[0] ? s->opt.host : "*", s->opt.port);
+        return -1;
+    }
+    SOTTO_INFO("listening on %s://%s:%d", s->opt.tls_cert[0] ? "https" : "http",
+               s->opt.host[0] ? s->opt.host : "0.0.0.0", s->opt.port);
+    return 0;
+}
+
+void srv_gateway_loop(srv *s) {
+    while (!atomic_load(&s->stop))
+        if (lws_service(s->ctx, 0) < 0) break;
+}
+
+void srv_gateway_destroy(srv *s) {
+    if (s->ctx) lws_context_destroy(s->ctx);
+    s->ctx = NULL;
+}
