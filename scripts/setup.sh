@@ -24,7 +24,7 @@ PACKAGES=(
   build-essential cmake pkg-config git ca-certificates
   libopenblas-openmp-dev zlib1g-dev libspeexdsp-dev libcjson-dev
   libwebsockets-dev libssl-dev libopus-dev portaudio19-dev
-  python3 python3-pip python3-venv unzip espeak-ng sox
+  python3 python3-pip python3-venv unzip espeak-ng sox openssl
 )
 
 install_packages() {

@@ -34,7 +34,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" || die "python3 -m venv failed (install python3-venv)"
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-  "faster-whisper==1.2.1" "ctranslate2==4.8.5" "whisper-normalizer==0.1.15" "numpy>=1.24" \
+  "faster-whisper==1.2.1" "ctranslate2==4.8.5" "whisper-normalizer==0.1.15" "numpy>=1.24" "websockets==15.0.1" \
   || die "pip install of the test requirements failed"
 py="$venv/bin/python"
 
@@ -79,6 +79,7 @@ if [ "$only_unit" -eq 0 ]; then
     run "Hugging Face loader" "$py" "$R/test_hf_loader.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "multilingual (base)" "$py" "$R/test_multilingual.py" --sotto "$S" --model models/base --manifest "$manifest"
     run "quantized weights (tiny.en)" "$py" "$R/test_quant.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "streaming server (tiny.en)" "$py" "$R/test_server.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
   fi
 fi
 

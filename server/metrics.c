@@ -57,6 +57,11 @@ static void counter(out *o, const char *name, const char *help, uint64_t v) {
         (unsigned long long)v);
 }
 
+/* A counter in seconds (fractional). */
+static void counter_s(out *o, const char *name, const char *help, double v) {
+    put(o, "# HELP %s %s\n# TYPE %s counter\n%s %.6g\n", name, help, name, name, v);
+}
+
 static void gauge(out *o, const char *name, const char *help, double v) {
     put(o, "# HELP %s %s\n# TYPE %s gauge\n%s %.6g\n", name, help, name, name, v);
 }
@@ -101,11 +106,11 @@ char *srv_metrics_render(srv *s, size_t *len) {
             atomic_load(&m->sessions_rejected));
     counter(&o, "sotto_sessions_resumed_total", "sessions resumed after a disconnect",
             atomic_load(&m->sessions_resumed));
-    gauge(&o, "sotto_audio_received_seconds_total", "audio accepted, seconds",
+    counter_s(&o, "sotto_audio_received_seconds_total", "audio accepted, seconds",
           atomic_load(&m->audio_in_samples) / 16000.0);
-    gauge(&o, "sotto_audio_transcribed_seconds_total", "audio covered by final passes, seconds",
+    counter_s(&o, "sotto_audio_transcribed_seconds_total", "audio covered by final passes, seconds",
           atomic_load(&m->audio_final_samples) / 16000.0);
-    gauge(&o, "sotto_audio_dropped_seconds_total", "audio dropped because of backlog, seconds",
+    counter_s(&o, "sotto_audio_dropped_seconds_total", "audio dropped because of backlog, seconds",
           atomic_load(&m->audio_dropped_samples) / 16000.0);
     counter(&o, "sotto_bad_messages_total", "client messages answered with an error",
             atomic_load(&m->bad_messages));

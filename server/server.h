@@ -109,8 +109,14 @@ typedef struct srv_event {
     uint64_t seq;
     char *json; /* with seq; malloc'd */
     size_t len;
-    int droppable; /* a partial: may be dropped when the client lags */
+    int utterance;  /* of partial/commit/final events; 0 for the others */
+    int partial;    /* a partial event */
+    int superseded; /* a partial that a later partial/commit/final of its utterance replaces:
+                       skipped when the connection lags (SRV_LAG_SKIP events behind) */
 } srv_event;
+
+/* A connection more than this many events behind skips superseded partials. */
+#define SRV_LAG_SKIP 64
 
 #define SRV_EVENT_RING 1024
 

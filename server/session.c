@@ -127,7 +127,11 @@ void srv_sessions_reap(srv *s) {
 void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     if (!ev) return;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(ev, "type");
-    int droppable = cJSON_IsString(type) && strcmp(type->valuestring, "partial") == 0;
+    const cJSON *utt = cJSON_GetObjectItemCaseSensitive(ev, "utterance");
+    const char *t = cJSON_IsString(type) ? type->valuestring : "";
+    int partial = strcmp(t, "partial") == 0;
+    int utterance = cJSON_IsNumber(utt) && (partial || !strcmp(t, "commit") || !strcmp(t, "final"))
+                        ? utt->valueint : 0;
     uint64_t seq = ss->next_seq++;
     cJSON_AddNumberToObject(ev, "seq", (double)seq);
     char *json = cJSON_PrintUnformatted(ev);
@@ -138,7 +142,7 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
         if (slot->seq > ss->sent_upto) { /* never sent: the client lags */
             ss->dropped_events++;
             atomic_fetch_add(&s->m.events_dropped, 1);
-            if (!slot->droppable && !ss->closing) {
+            if (!slot->superseded && !ss->closing) {
                 /* a commit or final would be lost: cull the lagging client
                  * (it may resume from the events still kept) */
                 ss->closing = 1;
@@ -152,7 +156,15 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     slot->seq = seq;
     slot->json = json;
     slot->len = strlen(json);
-    slot->droppable = droppable;
+    slot->utterance = utterance;
+    slot->partial = partial;
+    slot->superseded = 0;
+    if (utterance) /* earlier unsent partials of this utterance are now stale */
+        for (uint64_t q = seq; q-- > ss->sent_upto + 1 && q >= ss->first_kept && seq - q < SRV_EVENT_RING;) {
+            srv_event *o = &ss->ring[q % SRV_EVENT_RING];
+            if (o->seq != q) break;
+            if (o->partial && o->utterance == utterance) o->superseded = 1;
+        }
     if (s->ctx) lws_cancel_service(s->ctx);
 }
 

@@ -335,8 +335,9 @@ static int write_next(srv *s, struct lws *wsi, conn *c) {
     uint64_t last = ss->next_seq - 1;
     uint64_t seq = ss->sent_upto + 1;
     if (seq < ss->first_kept) seq = ss->first_kept;
-    /* skip partials that newer events already supersede */
-    while (seq <= last && ss->ring[seq % SRV_EVENT_RING].droppable && last - seq > 4) seq++;
+    /* a lagging connection skips partials that newer events of their utterance replace */
+    while (seq <= last && ss->ring[seq % SRV_EVENT_RING].superseded && last - seq > SRV_LAG_SKIP)
+        seq++;
     if (seq > last) {
         int close_now = ss->closing;
         ss->sent_upto = last;
@@ -373,15 +374,21 @@ static int write_next(srv *s, struct lws *wsi, conn *c) {
 static void service_wakeup(srv *s) {
     srv_sessions_reap(s);
     int draining = atomic_load(&s->draining);
+    if (draining && s->drain_started == 0) s->drain_started = srv_now();
     srv_session *to_stop[256];
     int n_stop = 0, active = 0;
     pthread_mutex_lock(&s->lock);
     for (srv_session *ss = s->sessions; ss; ss = ss->next) {
         pthread_mutex_lock(&ss->lock);
         int pending = ss->sent_upto + 1 < ss->next_seq || ss->closing;
-        if (ss->state == SESS_LOADING || ss->state == SESS_RUNNING || ss->state == SESS_STOPPING)
+        /* a session is busy until it is done and its connection has written everything
+           and closed */
+        if (ss->state == SESS_LOADING || ss->state == SESS_RUNNING || ss->state == SESS_STOPPING ||
+            (ss->wsi && pending))
             active++;
-        if (draining && (ss->state == SESS_RUNNING || ss->state == SESS_LOADING) && n_stop < 256) {
+        if (draining && n_stop < 256 &&
+            (ss->state == SESS_RUNNING || ss->state == SESS_LOADING ||
+             (ss->state == SESS_NEW && ss->wsi && !ss->closing))) {
             ss->refs++;
             to_stop[n_stop++] = ss;
         }
@@ -485,6 +492,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             sotto_log(SOTTO_LOG_DEBUG, c->ss->id, "connection closed");
             srv_session_unref(s, c->ss);
             c->ss = NULL;
+            if (atomic_load(&s->draining)) srv_wake(s); /* maybe the last one */
         }
         free(c->rx);
         free(c->tx);
