@@ -118,6 +118,14 @@ int sotto_state_max_seqs(const sotto_state *st);
 int sotto_encode(const sotto_model *model, sotto_workspace *ws, sotto_state *st,
                  const float *mel, sotto_err *err);
 
+/* The same for B windows at once (streaming sessions that share a model):
+ * the linear layers run over all B * n_audio_ctx rows together, so the
+ * weights are read once per batch; attention stays within each window.
+ * sts[b] receives the window mels[b]; the states must be distinct. The
+ * workspace grows to B windows' activations. */
+int sotto_encode_batch(const sotto_model *model, sotto_workspace *ws, sotto_state *const *sts,
+                       const float *const *mels, int B, sotto_err *err);
+
 /* The encoder output of the last sotto_encode, [n_audio_ctx][n_audio_state]. */
 const float *sotto_state_encoder_output(const sotto_state *st);
 

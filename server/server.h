@@ -111,8 +111,9 @@ typedef struct srv_event {
     size_t len;
     int utterance;  /* of partial/commit/final events; 0 for the others */
     int partial;    /* a partial event */
-    int superseded; /* a partial that a later partial/commit/final of its utterance replaces:
-                       skipped when the connection lags (SRV_LAG_SKIP events behind) */
+    int superseded; /* a partial that a later partial/commit/final of its utterance replaces,
+                       or an ack that a later ack replaces: skipped when the connection
+                       lags (SRV_LAG_SKIP events behind), never the reason to cull it */
 } srv_event;
 
 /* A connection more than this many events behind skips superseded partials. */
@@ -162,6 +163,7 @@ typedef struct srv_session {
     srv_event ring[SRV_EVENT_RING]; /* last events, for sending and resume */
     uint64_t first_kept;      /* seq of the oldest event still in the ring */
     uint64_t sent_upto;       /* events with seq <= this were written */
+    uint64_t last_ack_seq, last_partial_seq; /* newest ack / partial event emitted */
     uint64_t dropped_events;
 } srv_session;
 

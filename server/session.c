@@ -159,12 +159,17 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     slot->utterance = utterance;
     slot->partial = partial;
     slot->superseded = 0;
-    if (utterance) /* earlier unsent partials of this utterance are now stale */
-        for (uint64_t q = seq; q-- > ss->sent_upto + 1 && q >= ss->first_kept && seq - q < SRV_EVENT_RING;) {
-            srv_event *o = &ss->ring[q % SRV_EVENT_RING];
-            if (o->seq != q) break;
-            if (o->partial && o->utterance == utterance) o->superseded = 1;
-        }
+    /* the previous partial of this utterance, or the previous ack, is stale now; when the
+       connection lags, write_next skips it (earlier ones were marked when it came) */
+    int is_ack = strcmp(t, "ack") == 0;
+    uint64_t *prev = is_ack ? &ss->last_ack_seq : utterance ? &ss->last_partial_seq : NULL;
+    if (prev && *prev > ss->sent_upto && *prev >= ss->first_kept && *prev < seq) {
+        srv_event *o = &ss->ring[*prev % SRV_EVENT_RING];
+        if (o->seq == *prev && (is_ack || (o->partial && o->utterance == utterance)))
+            o->superseded = 1;
+    }
+    if (is_ack) ss->last_ack_seq = seq;
+    if (partial) ss->last_partial_seq = seq;
     if (s->ctx) lws_cancel_service(s->ctx);
 }
 

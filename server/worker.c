@@ -87,6 +87,7 @@ static void init_session(srv *s, srv_session *ss) {
         return;
     }
     sotto_dictation_set_context(ss->dict, ss->prompt_tokens, ss->n_prompt_tokens);
+    sotto_dictation_set_timestamps(ss->dict, sotto_model_special(m)->timestamp_begin);
     cJSON *e = cJSON_CreateObject();
     if (e) {
         cJSON_AddStringToObject(e, "type", "ready");
@@ -102,6 +103,7 @@ static void init_session(srv *s, srv_session *ss) {
         cJSON_AddNumberToObject(e, "sample_rate", ss->sample_rate);
         cJSON_AddNumberToObject(e, "channels", ss->channels);
         cJSON_AddBoolToObject(e, "partials", ss->dp.partials);
+        cJSON_AddBoolToObject(e, "final_timestamps", ss->dp.final_timestamps);
         cJSON_AddNumberToObject(e, "step_ms", ss->dp.step_ms);
         cJSON_AddNumberToObject(e, "max_window_s", ss->dp.max_window_s);
         cJSON *v = cJSON_AddObjectToObject(e, "vad");
@@ -156,8 +158,10 @@ static int build_prompt(const sotto_model *m, srv_session *ss, job_ctx *c) {
     const sotto_pass *p = c->pass;
     int n = 0;
     int ctx = p->n_context;
-    int room = MAX_PROMPT / 2 - 8 - (p->n_prefix > 0 ? 0 : 0);
-    if (ctx > room / 2) ctx = room / 2;
+    /* Whisper's limit, n_text_ctx / 2 - 1, and room for 128 new tokens after the prefix */
+    if (ctx > MAX_PROMPT / 2 - 1) ctx = MAX_PROMPT / 2 - 1;
+    if (ctx > MAX_PROMPT - 8 - p->n_prefix - 128) ctx = MAX_PROMPT - 8 - p->n_prefix - 128;
+    if (ctx < 0) ctx = 0;
     if (ctx > 0 && sp->sot_prev >= 0) {
         c->prompt[n++] = sp->sot_prev;
         memcpy(c->prompt + n, p->context + p->n_context - ctx, sizeof(int32_t) * (size_t)ctx);
@@ -169,7 +173,7 @@ static int build_prompt(const sotto_model *m, srv_session *ss, job_ctx *c) {
         c->prompt[n++] = sp->lang_begin + (li >= 0 ? li : 0);
         c->prompt[n++] = ss->task == SOTTO_TASK_TRANSLATE ? sp->translate : sp->transcribe;
     }
-    c->prompt[n++] = sp->no_timestamps;
+    if (!p->timestamps) c->prompt[n++] = sp->no_timestamps;
     int pre = p->n_prefix;
     if (n + pre > MAX_PROMPT - 32) pre = MAX_PROMPT - 32 - n; /* never: windows are short */
     if (pre < 0) pre = 0;
@@ -213,9 +217,11 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         }
     }
     double t_enc = srv_now();
-    for (int i = 0; i < n && nj < sm->n_states; i++) {
+    /* 1: take each session's pass and compute its window's features */
+    int nc = 0;
+    for (int i = 0; i < n && nc < sm->n_states; i++) {
         srv_session *ss = batch[i];
-        job_ctx *c = &ctx[nj];
+        job_ctx *c = &ctx[nc];
         memset(c, 0, offsetof(job_ctx, prompt));
         c->s = s;
         c->ss = ss;
@@ -226,10 +232,37 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         if (!c->pass) continue;
         srv_hist_add(&s->m.pass_queue, srv_now() - c->due_since);
         c->win = malloc(sizeof(float) * (size_t)nm * SOTTO_N_FRAMES);
-        sotto_state *st = sm->states[nj];
         int rc = c->win ? window_features(m, c->pass, c->win, &err) : SOTTO_E_NOMEM;
-        if (rc == 0) rc = sotto_encode(m, ws, st, c->win, &err);
-        if (rc == 0 && !ss->language_detected && sotto_model_is_multilingual(m)) {
+        if (rc) {
+            sotto_log(SOTTO_LOG_WARN, ss->id, "pass failed: %s", err.msg);
+            free(c->win);
+            pthread_mutex_lock(&ss->lock);
+            sotto_dictation_abandon_pass(ss->dict, c->pass->id);
+            pthread_mutex_unlock(&ss->lock);
+            continue;
+        }
+        nc++;
+    }
+    /* 2: one batched encoder pass over all windows (the weights are read once) */
+    sotto_state *sts[MAX_BATCH];
+    const float *mels[MAX_BATCH];
+    for (int i = 0; i < nc; i++) sts[i] = sm->states[i], mels[i] = ctx[i].win;
+    int erc = nc ? sotto_encode_batch(m, ws, sts, mels, nc, &err) : SOTTO_OK;
+    if (erc) SOTTO_WARN("encoder batch of %d failed: %s", nc, err.msg);
+    /* 3: language detection where needed, prompts, decoding jobs */
+    for (int i = 0; i < nc; i++) {
+        job_ctx *c = &ctx[i];
+        srv_session *ss = c->ss;
+        sotto_state *st = sts[i];
+        free(c->win);
+        c->win = NULL;
+        if (erc) {
+            pthread_mutex_lock(&ss->lock);
+            sotto_dictation_abandon_pass(ss->dict, c->pass->id);
+            pthread_mutex_unlock(&ss->lock);
+            continue;
+        }
+        if (!ss->language_detected && sotto_model_is_multilingual(m)) {
             float probs[128];
             int best = 0;
             if (sotto_detect_language(m, ws, st, probs, &best, &err) == 0) {
@@ -246,15 +279,8 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
                 pthread_mutex_unlock(&ss->lock);
             }
         }
-        free(c->win);
-        c->win = NULL;
-        if (rc) {
-            sotto_log(SOTTO_LOG_WARN, ss->id, "pass failed: %s", err.msg);
-            pthread_mutex_lock(&ss->lock);
-            sotto_dictation_abandon_pass(ss->dict, c->pass->id);
-            pthread_mutex_unlock(&ss->lock);
-            continue;
-        }
+        if (nj != i) ctx[nj] = *c; /* keep ctx[] and jobs[] aligned */
+        c = &ctx[nj];
         build_prompt(m, ss, c);
         sotto_gen_job *j = &jobs[nj];
         memset(j, 0, sizeof *j);
@@ -266,7 +292,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         nj++;
     }
     double t_dec = srv_now();
-    if (nj) srv_hist_add(&s->m.encode, (t_dec - t_enc) / nj);
+    if (nc) srv_hist_add(&s->m.encode, (t_dec - t_enc) / nc);
     sotto_generate_opts o = sotto_generate_default_opts();
     o.suppress = sm->suppress;
     o.n_suppress = sm->n_suppress;
@@ -285,6 +311,15 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         } else {
             /* nothing was said (Whisper's no-speech rule): commit nothing */
             int silent = r->no_speech_prob > 0.6f && r->avg_logprob < -1.0f;
+            if (c->pass->final) {
+                int k = r->n_tokens;
+                sotto_log(SOTTO_LOG_DEBUG, ss->id,
+                          "final pass %llu: %.2f s from %.2f s, prefix %d, %d tokens, last %d %d %d, "
+                          "no_speech %.2f", (unsigned long long)c->pass->id, c->pass->n / 16000.0,
+                          c->pass->start / 16000.0, c->pass->n_prefix, k, k > 2 ? r->tokens[k - 3] : -1,
+                          k > 1 ? r->tokens[k - 2] : -1, k > 0 ? r->tokens[k - 1] : -1,
+                          r->no_speech_prob);
+            }
             sotto_dictation_complete_pass(ss->dict, c->pass->id, r->tokens, silent ? 0 : r->n_tokens);
             atomic_fetch_add(&s->m.passes, 1);
             srv_hist_add(&s->m.pass_total, srv_now() - c->due_since);

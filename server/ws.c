@@ -130,6 +130,8 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
     ss->dp.max_backlog_s = (float)s->opt.max_buffer_s;
     if (ss->dp.max_backlog_s < ss->dp.max_window_s) ss->dp.max_backlog_s = ss->dp.max_window_s;
     if (cJSON_IsBool(partials)) ss->dp.partials = cJSON_IsTrue(partials);
+    const cJSON *fts = cJSON_GetObjectItemCaseSensitive(msg, "final_timestamps");
+    if (cJSON_IsBool(fts)) ss->dp.final_timestamps = cJSON_IsTrue(fts);
     if (parse_vad(ss, cJSON_GetObjectItemCaseSensitive(msg, "vad"), why, sizeof why)) {
         srv_session_error(s, ss, "bad_start", why, 0);
         return;
@@ -329,43 +331,48 @@ static void on_audio(srv *s, conn *c) {
 
 /* ---- writing ---------------------------------------------------------------------- */
 
+/* Writes queued events while the socket takes them (up to 64 per callback), then
+ * asks for another callback if more are queued; closes once a closing session
+ * has written everything. */
 static int write_next(srv *s, struct lws *wsi, conn *c) {
     srv_session *ss = c->ss;
-    pthread_mutex_lock(&ss->lock);
-    uint64_t last = ss->next_seq - 1;
-    uint64_t seq = ss->sent_upto + 1;
-    if (seq < ss->first_kept) seq = ss->first_kept;
-    /* a lagging connection skips partials that newer events of their utterance replace */
-    while (seq <= last && ss->ring[seq % SRV_EVENT_RING].superseded && last - seq > SRV_LAG_SKIP)
-        seq++;
-    if (seq > last) {
-        int close_now = ss->closing;
-        ss->sent_upto = last;
-        pthread_mutex_unlock(&ss->lock);
-        if (close_now) {
-            lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
-            return -1;
-        }
-        return 0;
-    }
-    srv_event *ev = &ss->ring[seq % SRV_EVENT_RING];
-    if (c->tx_cap < LWS_PRE + ev->len) {
-        unsigned char *nb = realloc(c->tx, LWS_PRE + ev->len + 256);
-        if (!nb) {
+    for (int n = 0; n < 64; n++) {
+        pthread_mutex_lock(&ss->lock);
+        uint64_t last = ss->next_seq - 1;
+        uint64_t seq = ss->sent_upto + 1;
+        if (seq < ss->first_kept) seq = ss->first_kept;
+        /* a lagging connection skips events that newer ones replace */
+        while (seq <= last && ss->ring[seq % SRV_EVENT_RING].superseded && last - seq > SRV_LAG_SKIP)
+            seq++;
+        if (seq > last) {
+            int close_now = ss->closing;
+            ss->sent_upto = last;
             pthread_mutex_unlock(&ss->lock);
-            return -1;
+            if (close_now) {
+                lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
+                return -1;
+            }
+            return 0;
         }
-        c->tx = nb;
-        c->tx_cap = LWS_PRE + ev->len + 256;
+        srv_event *ev = &ss->ring[seq % SRV_EVENT_RING];
+        if (c->tx_cap < LWS_PRE + ev->len) {
+            unsigned char *nb = realloc(c->tx, LWS_PRE + ev->len + 256);
+            if (!nb) {
+                pthread_mutex_unlock(&ss->lock);
+                return -1;
+            }
+            c->tx = nb;
+            c->tx_cap = LWS_PRE + ev->len + 256;
+        }
+        size_t len = ev->len;
+        memcpy(c->tx + LWS_PRE, ev->json, len);
+        ss->sent_upto = seq;
+        pthread_mutex_unlock(&ss->lock);
+        if (lws_write(wsi, c->tx + LWS_PRE, len, LWS_WRITE_TEXT) < (int)len) return -1;
+        atomic_fetch_add(&s->m.events_sent, 1);
+        if (lws_send_pipe_choked(wsi)) break;
     }
-    size_t len = ev->len;
-    memcpy(c->tx + LWS_PRE, ev->json, len);
-    ss->sent_upto = seq;
-    int more = seq < last || ss->closing;
-    pthread_mutex_unlock(&ss->lock);
-    if (lws_write(wsi, c->tx + LWS_PRE, len, LWS_WRITE_TEXT) < (int)len) return -1;
-    atomic_fetch_add(&s->m.events_sent, 1);
-    if (more) lws_callback_on_writable(wsi);
+    lws_callback_on_writable(wsi);
     return 0;
 }
 

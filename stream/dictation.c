@@ -7,17 +7,25 @@
 #define SR 16000
 #define MAX_CLOSED 64     /* windows waiting for their final pass */
 #define IDLE_KEEP_S 2     /* audio kept while nobody speaks (pre-roll, VAD delay) */
-#define MAX_CONTEXT 96    /* tokens of earlier text given as prompt */
+#define MAX_CONTEXT 223   /* tokens of earlier text given as prompt (as Whisper: n_text_ctx / 2 - 1) */
 
 typedef struct window {
     uint64_t id;
     uint64_t start, end; /* end == 0: still open */
+    uint64_t from;       /* final passes decode [from, end]: start, or where the
+                            previous final pass's transcription stopped */
+    int continuations;   /* final passes after the first */
 } window;
+
+#define MAX_CONTINUATIONS 6 /* final passes of one window after the first */
+#define MIN_REST_S 0.5      /* untranscribed audio that gets another final pass */
+#define SINGLE_END_REST_S 1.0 /* the same after a hypothesis ending in one timestamp */
 
 struct sotto_dictation {
     sotto_dictation_params p;
     const sotto_tokenizer *tok;
     int32_t eot;
+    int32_t ts_begin; /* <|0.00|>: final passes with timestamps; -1: without */
     sotto_emit_fn emit;
     void *user;
     sotto_vad *vad;
@@ -60,7 +68,13 @@ sotto_dictation_params sotto_dictation_default_params(void) {
     p.max_window_s = 28.0f;
     p.max_backlog_s = 60.0f;
     p.partials = 1;
+    p.final_timestamps = 1;
     p.vad = sotto_vad_default_params();
+    /* Endpoint after 1 s of silence, not the VAD's 600 ms: shorter pauses
+       inside a sentence then stay in one window, and Whisper transcribes
+       whole sentences better than pieces (docs/PERF.md: streamed WER on the
+       dev clips, 600 vs 800 vs 1000 ms). Sessions may ask for less. */
+    p.vad.silence_ms = 1000;
     return p;
 }
 
@@ -88,6 +102,7 @@ sotto_dictation *sotto_dictation_create(const sotto_dictation_params *p,
     d->p = *p;
     d->tok = tok;
     d->eot = eot;
+    d->ts_begin = -1;
     d->emit = emit;
     d->user = user;
     d->next_id = 1;
@@ -118,6 +133,10 @@ static void add_context(sotto_dictation *d, const int32_t *t, int n) {
     memmove(d->context, d->context + d->n_context - keep, sizeof(int32_t) * (size_t)keep);
     memcpy(d->context + keep, t, sizeof(int32_t) * (size_t)n);
     d->n_context = keep + n;
+}
+
+void sotto_dictation_set_timestamps(sotto_dictation *d, int32_t timestamp_begin) {
+    d->ts_begin = timestamp_begin > d->eot && d->p.final_timestamps ? timestamp_begin : -1;
 }
 
 void sotto_dictation_set_context(sotto_dictation *d, const int32_t *tokens, int n) {
@@ -185,6 +204,8 @@ static void open_window(sotto_dictation *d, uint64_t start) {
     if (start < d->buf_start) start = d->buf_start;
     d->open.id = d->next_id++;
     d->open.start = start;
+    d->open.from = start;
+    d->open.continuations = 0;
     d->open.end = 0;
     d->st.utterances++;
     if (!d->n_closed) d->last_pass_end = start;
@@ -264,6 +285,8 @@ int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n) {
             close_open(d, cut);
             d->open.id = d->next_id++;
             d->open.start = cut;
+            d->open.from = cut;
+            d->open.continuations = 0;
             d->open.end = 0;
             (void)id;
         }
@@ -296,23 +319,37 @@ const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     const window *w = front(d);
     int final = d->n_closed > 0;
     uint64_t end = final ? w->end : d->total;
-    uint64_t start = w->start;
+    uint64_t start = final ? w->from : w->start;
     size_t n = (size_t)(end - start);
     size_t max = (size_t)((d->p.max_window_s + 1) * SR);
     if (n > max) n = max; /* cannot happen: windows are cut at max_window_s */
     memcpy(d->pass_buf, d->buf + (start - d->buf_start), sizeof(float) * n);
-    memcpy(d->pass_prefix, d->committed, sizeof(int32_t) * (size_t)d->n_committed);
+    /* prefix: the committed tokens; a final pass with timestamps puts <|0.00|>
+       before them, and a continuation (from > start) forces nothing and sees
+       the committed text as context instead */
+    int n_prefix = 0, cont = final && start > w->start;
+    if (final && d->ts_begin >= 0 && d->n_committed > 0 && !cont)
+        d->pass_prefix[n_prefix++] = d->ts_begin;
+    if (!cont) {
+        memcpy(d->pass_prefix + n_prefix, d->committed, sizeof(int32_t) * (size_t)d->n_committed);
+        n_prefix += d->n_committed;
+    }
     d->pass.utterance = w->id;
     d->pass.id = ++d->pass_counter;
     d->pass.final = final;
+    d->pass.timestamps = final && d->ts_begin >= 0;
     d->pass.start = start;
     d->pass.samples = d->pass_buf;
     d->pass.n = n;
     d->pass.prefix = d->pass_prefix;
-    d->pass.n_prefix = d->n_committed;
-    memcpy(d->pass_context, d->context, sizeof(int32_t) * (size_t)d->n_context);
+    d->pass.n_prefix = n_prefix;
+    int nc = d->n_context, nk = cont ? d->n_committed : 0;
+    if (nk > MAX_CONTEXT) nk = MAX_CONTEXT;
+    if (nc + nk > MAX_CONTEXT) nc = MAX_CONTEXT - nk;
+    memcpy(d->pass_context, d->context + d->n_context - nc, sizeof(int32_t) * (size_t)nc);
+    memcpy(d->pass_context + nc, d->committed + d->n_committed - nk, sizeof(int32_t) * (size_t)nk);
     d->pass.context = d->pass_context;
-    d->pass.n_context = d->n_context;
+    d->pass.n_context = nc + nk;
     d->n_pass_tokens = 0;
     d->in_flight = 1;
     d->st.passes++;
@@ -330,14 +367,40 @@ static void emit_text_event(sotto_dictation *d, const char *type, uint64_t utt, 
 }
 
 void sotto_dictation_on_token(sotto_dictation *d, uint64_t pass_id, int32_t token) {
-    if (!d->in_flight || pass_id != d->pass.id || token == d->eot) return;
+    if (!d->in_flight || pass_id != d->pass.id || token >= d->eot) return; /* text only */
     if (d->n_pass_tokens < SOTTO_AGREEMENT_MAX_TOKENS) d->pass_tokens[d->n_pass_tokens++] = token;
-    if (!d->p.partials || token >= d->eot) return;
+    if (!d->p.partials) return;
     char *committed = text_of(d, d->committed, d->n_committed);
     char *tent = text_of(d, d->pass_tokens, d->n_pass_tokens);
     emit_text_event(d, "partial", d->pass.utterance, "committed", committed, "tentative", tent);
     free(committed);
     free(tent);
+}
+
+/* Where a final pass with timestamps stopped transcribing, as Whisper's
+ * long-form loop decides it: after the last complete segment when the
+ * hypothesis has segment boundaries (two timestamps in a row) and does not
+ * end in a single timestamp. Unlike Whisper, a hypothesis that ends in a
+ * single timestamp more than SINGLE_END_REST_S before the window's end
+ * stopped there too: with committed text forced as one long segment the
+ * model tends to close it and end (the VAD window ends 0.3 s after the
+ * last speech, so a longer rest holds words). Else: the window's end.
+ * *keep: the tokens of the hypothesis before that point. */
+static uint64_t transcribed_until(const sotto_dictation *d, const int32_t *t, int n, int *keep) {
+    const uint64_t all = d->pass.start + d->pass.n;
+    int single_end = n >= 1 && t[n - 1] >= d->ts_begin && (n == 1 || t[n - 2] < d->ts_begin);
+    int last_pair = -1;
+    for (int i = 1; i < n; i++)
+        if (t[i] >= d->ts_begin && t[i - 1] >= d->ts_begin) last_pair = i;
+    *keep = n;
+    if (single_end) {
+        uint64_t at = d->pass.start + (uint64_t)(t[n - 1] - d->ts_begin) * (SR / 50);
+        return at + (uint64_t)(SINGLE_END_REST_S * SR) < all ? at : all;
+    }
+    if (last_pair < 0) return all;
+    *keep = last_pair; /* the text after it belongs to an unfinished segment */
+    uint64_t at = d->pass.start + (uint64_t)(t[last_pair - 1] - d->ts_begin) * (SR / 50);
+    return at < all ? at : all;
 }
 
 /* Adds n tokens to the committed text and tells the client. */
@@ -359,14 +422,32 @@ int sotto_dictation_complete_pass(sotto_dictation *d, uint64_t pass_id, const in
                                   int n) {
     if (!d->in_flight || pass_id != d->pass.id) return SOTTO_E_INVALID;
     d->in_flight = 0;
+    int keep = n;
+    uint64_t stop = 0;
+    int cont = 0;
+    if (d->pass.final) {
+        const window *w = &d->closed[0];
+        stop = d->pass.timestamps ? transcribed_until(d, tokens, n, &keep) : d->pass.start + d->pass.n;
+        /* the decoder stopped before the window's end: another final pass
+           decodes the rest (from the end of the last complete segment) */
+        cont = stop > d->pass.start && stop + (uint64_t)(MIN_REST_S * SR) < w->end &&
+               w->continuations < MAX_CONTINUATIONS;
+        if (!cont) keep = n;
+    }
     /* keep text tokens only: the hypothesis never carries specials on purpose */
-    int32_t clean[SOTTO_AGREEMENT_MAX_TOKENS];
+    int32_t clean[SOTTO_AGREEMENT_MAX_TOKENS] = {0};
     int m = 0;
-    for (int i = 0; i < n && m < SOTTO_AGREEMENT_MAX_TOKENS; i++)
+    for (int i = 0; i < keep && m < SOTTO_AGREEMENT_MAX_TOKENS; i++)
         if (tokens[i] < d->eot) clean[m++] = tokens[i];
     if (d->pass.final) {
         commit(d, clean, m);
-        const window *w = &d->closed[0];
+        window *w = &d->closed[0];
+        if (cont) { /* the rest gets a final pass, with the text so far as context */
+            w->from = stop;
+            w->continuations++;
+            d->st.continuations++;
+            return SOTTO_OK;
+        }
         char *text = text_of(d, d->committed, d->n_committed);
         cJSON *e = event("final", w->id);
         if (e) {

@@ -130,6 +130,50 @@ static void test_threads(const sotto_model *m, const float *win) {
     sotto_workspace_free(ws);
 }
 
+/* sotto_encode_batch of 3 different windows == three sotto_encode calls
+ * (encoder output and the cross-attention K/V that decoding reads). */
+static void test_encode_batch(const sotto_model *m, const float *win) {
+    const sotto_hparams *hp = sotto_model_hparams(m);
+    const size_t nw = (size_t)hp->n_mels * SOTTO_N_FRAMES;
+    const size_t n = (size_t)hp->n_audio_ctx * hp->n_audio_state;
+    sotto_err err;
+    sotto_workspace *ws = sotto_workspace_create();
+    float *w2 = malloc(sizeof(float) * nw), *w3 = malloc(sizeof(float) * nw);
+    for (size_t i = 0; i < nw; i++) {
+        w2[i] = win[nw - 1 - i];             /* another window */
+        w3[i] = win[i] * 0.5f - 0.25f;       /* and another */
+    }
+    const float *mels[3] = {win, w2, w3};
+    sotto_state *one[3], *bat[3];
+    for (int i = 0; i < 3; i++) {
+        one[i] = sotto_state_create(m, 1, &err);
+        bat[i] = sotto_state_create(m, 1, &err);
+        CHECK(sotto_encode(m, ws, one[i], mels[i], &err) == 0);
+    }
+    CHECK(sotto_encode_batch(m, ws, bat, mels, 3, &err) == 0);
+    int32_t toks[3] = {sotto_model_special(m)->sot, 1002, 257};
+    int want[3] = {0, 1, 2};
+    const int V = hp->n_vocab;
+    float *la = malloc(sizeof(float) * V * 3), *lb = malloc(sizeof(float) * V * 3);
+    for (int i = 0; i < 3; i++) {
+        double e = max_rel(sotto_state_encoder_output(bat[i]), sotto_state_encoder_output(one[i]), n);
+        /* more GEMM rows: another blocking, another summation order (~2e-5 seen) */
+        CHECK_MSG(e < 1e-4, "window %d: batched vs single encoder output: %g", i, e);
+        CHECK(sotto_decode_tokens(m, ws, one[i], 0, toks, 3, want, 3, la, &err) == 0);
+        CHECK(sotto_decode_tokens(m, ws, bat[i], 0, toks, 3, want, 3, lb, &err) == 0);
+        e = max_rel(lb, la, (size_t)V * 3);
+        CHECK_MSG(e < 1e-4, "window %d: logits after a batched vs single encode: %g", i, e);
+    }
+    /* the windows really differ (the batch did not just repeat one) */
+    CHECK(max_rel(sotto_state_encoder_output(bat[1]), sotto_state_encoder_output(bat[0]), n) > 1e-2);
+    sotto_state *dup[2] = {bat[0], bat[0]};
+    CHECK(sotto_encode_batch(m, ws, dup, mels, 2, &err) == SOTTO_E_INVALID);
+    CHECK(sotto_encode_batch(m, ws, bat, mels, 0, &err) == SOTTO_E_INVALID);
+    for (int i = 0; i < 3; i++) sotto_state_free(one[i]), sotto_state_free(bat[i]);
+    free(w2), free(w3), free(la), free(lb);
+    sotto_workspace_free(ws);
+}
+
 static int count_finite(const float *x, int n) {
     int k = 0;
     for (int i = 0; i < n; i++) k += isfinite(x[i]);
@@ -311,6 +355,7 @@ int main(void) {
         float *win = synthetic_window(m);
         test_decoder_consistency(m, win);
         test_threads(m, win);
+        test_encode_batch(m, win);
         test_generate(m, win);
         free(win);
         sotto_model_free(m);

@@ -1,0 +1,270 @@
+/* test_dictation.c - the streaming state machine with a scripted decoder:
+ * utterances from the VAD, passes and their prefixes, LocalAgreement
+ * commits, finals, and the timestamp continuation of final passes (a final
+ * pass that stops before the window's end is followed by one over the
+ * rest). Uses the real tiny.en tokenizer for the event texts. */
+#include "check.h"
+#include "dictation.h"
+#include "tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SR 16000
+#define EOT 50256      /* tiny.en: <|endoftext|> */
+#define TS_BEGIN 50363 /* tiny.en: <|0.00|> */
+
+typedef struct events {
+    cJSON *list[4096];
+    int n;
+} events;
+
+static void on_event(void *user, cJSON *e) {
+    events *ev = user;
+    if (ev->n < 4096) ev->list[ev->n++] = e;
+    else cJSON_Delete(e);
+}
+
+static void events_clear(events *ev) {
+    for (int i = 0; i < ev->n; i++) cJSON_Delete(ev->list[i]);
+    ev->n = 0;
+}
+
+static int count(const events *ev, const char *type) {
+    int c = 0;
+    for (int i = 0; i < ev->n; i++) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev->list[i], "type");
+        c += cJSON_IsString(t) && !strcmp(t->valuestring, type);
+    }
+    return c;
+}
+
+static const cJSON *last(const events *ev, const char *type) {
+    for (int i = ev->n - 1; i >= 0; i--) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev->list[i], "type");
+        if (cJSON_IsString(t) && !strcmp(t->valuestring, type)) return ev->list[i];
+    }
+    return NULL;
+}
+
+static const char *str(const cJSON *e, const char *k) {
+    const cJSON *v = e ? cJSON_GetObjectItemCaseSensitive(e, k) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* n samples of quiet noise (amp small) or a loud voiced-like signal */
+static void gen(float *x, size_t n, int loud, unsigned *seed) {
+    for (size_t i = 0; i < n; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        float noise = ((float)((*seed >> 8) & 0xffff) / 65535.0f - 0.5f) * 0.002f;
+        /* syllables: a 4 Hz envelope that dips to zero, pitch gliding 150..300 Hz
+           (a steady tone would become the VAD's noise floor) */
+        float t = (float)i / SR;
+        float env = sinf(2.0f * 3.14159265f * 4.0f * t);
+        float v = loud ? 0.3f * (env > 0 ? env : 0.0f) *
+                             sinf(2.0f * 3.14159265f * (225.0f + 75.0f * sinf(1.3f * t)) * t)
+                       : 0.0f;
+        x[i] = v + noise;
+    }
+}
+
+static void push(sotto_dictation *d, float seconds, int loud, unsigned *seed) {
+    size_t n = (size_t)(seconds * SR);
+    float *x = malloc(sizeof(float) * n);
+    gen(x, n, loud, seed);
+    CHECK(sotto_dictation_push(d, x, n) == SOTTO_OK);
+    free(x);
+}
+
+static sotto_tokenizer *load_tok(void) {
+    const char *src = getenv("SOTTO_SOURCE_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/tiny.en", src && *src ? src : ".");
+    sotto_err err = {0};
+    sotto_tokenizer *tok = sotto_tokenizer_load_dir(dir, &err);
+    CHECK_MSG(tok != NULL, "cannot load the tokenizer of %s: %s", dir, err.msg);
+    return tok;
+}
+
+static int32_t tok1(const sotto_tokenizer *tok, const char *s) {
+    int32_t ids[8];
+    size_t n = 0;
+    sotto_err err;
+    CHECK(sotto_tokenizer_encode(tok, s, strlen(s), ids, 8, &n, &err) == SOTTO_OK);
+    CHECK_MSG(n == 1, "'%s' is %zu tokens", s, n);
+    return ids[0];
+}
+
+int main(void) {
+    sotto_tokenizer *tok = load_tok();
+    if (!tok) return check_report();
+    const int32_t HELLO = tok1(tok, " hello"), WORLD = tok1(tok, " world"),
+                  AGAIN = tok1(tok, " again"), THERE = tok1(tok, " there");
+    unsigned seed = 1;
+    sotto_err err;
+
+    /* ---- partial passes, agreement, final (no timestamps) ---------------- */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        CHECK_EQ_INT(p.vad.silence_ms, 1000);
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        CHECK(d != NULL);
+        push(d, 1.5f, 0, &seed);
+        CHECK(!sotto_dictation_pass_due(d));
+        push(d, 1.2f, 1, &seed); /* speech starts; > step_ms of it */
+        CHECK_EQ_INT(count(&ev, "speech_start"), 1);
+        CHECK(sotto_dictation_pass_due(d));
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        CHECK(ps && !ps->final && ps->n_prefix == 0 && !ps->timestamps);
+        CHECK(!sotto_dictation_pass_due(d)); /* one in flight */
+        sotto_dictation_on_token(d, ps->id, HELLO);
+        sotto_dictation_on_token(d, ps->id, TS_BEGIN + 5); /* never text */
+        CHECK_EQ_INT(count(&ev, "partial"), 1);
+        CHECK(!strcmp(str(last(&ev, "partial"), "tentative"), " hello"));
+        int32_t h1[] = {HELLO, WORLD};
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h1, 2) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev, "commit"), 0); /* one pass: nothing agreed yet */
+        CHECK(!sotto_dictation_pass_due(d));    /* no new audio since */
+        push(d, 1.1f, 1, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && !ps->final && ps->n_prefix == 0);
+        int32_t h2[] = {HELLO, AGAIN};
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h2, 2) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev, "commit"), 1);
+        CHECK(!strcmp(str(last(&ev, "commit"), "committed"), " hello"));
+        push(d, 1.1f, 1, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->n_prefix == 1 && ps->prefix[0] == HELLO); /* committed is forced */
+        sotto_dictation_abandon_pass(d, ps->id);                  /* failed: due again */
+        CHECK(sotto_dictation_pass_due(d));
+        ps = sotto_dictation_take_pass(d);
+        int32_t h3[] = {AGAIN};
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h3, 1) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev, "commit"), 2);
+        CHECK(!strcmp(str(last(&ev, "commit"), "committed"), " hello again"));
+        /* stale completions are refused */
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h3, 1) == SOTTO_E_INVALID);
+        /* silence ends the utterance: a final pass over the whole window */
+        push(d, 1.6f, 0, &seed);
+        CHECK_EQ_INT(count(&ev, "speech_end"), 1);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && !ps->timestamps && ps->n_prefix == 2);
+        int32_t h4[] = {THERE};
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h4, 1) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev, "final"), 1);
+        CHECK(!strcmp(str(last(&ev, "final"), "text"), " hello again there"));
+        sotto_dictation_flush(d, 1);
+        CHECK(sotto_dictation_done(d));
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
+    /* ---- final passes with timestamps: continuation over the rest -------- */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        p.step_ms = 10000; /* no partial passes: only finals */
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        CHECK(d != NULL);
+        sotto_dictation_set_timestamps(d, TS_BEGIN);
+        push(d, 1.0f, 0, &seed);
+        push(d, 6.0f, 1, &seed);
+        push(d, 1.6f, 0, &seed);
+        CHECK_EQ_INT(count(&ev, "speech_end"), 1);
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && ps->timestamps && ps->n_prefix == 0);
+        uint64_t start = ps->start, end = ps->start + ps->n;
+        CHECK_MSG(ps->n > (size_t)(5 * SR), "window of %zu samples", ps->n);
+        /* "hello world" in a segment 0.00-2.00, then an unfinished segment
+           (" again") after the pair <|2.00|><|2.00|>: stopped at 2.00 s */
+        int32_t h1[] = {TS_BEGIN, HELLO, WORLD, TS_BEGIN + 100, TS_BEGIN + 100, AGAIN};
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h1, 6) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev, "final"), 0);
+        CHECK(!strcmp(str(last(&ev, "commit"), "committed"), " hello world"));
+        CHECK(sotto_dictation_pass_due(d));
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && ps->timestamps);
+        CHECK_EQ_INT(ps->start, start + 2 * SR); /* from the end of the segment */
+        CHECK_EQ_INT(ps->start + ps->n, end);
+        CHECK_EQ_INT(ps->n_prefix, 0); /* nothing forced; the text is context */
+        CHECK(ps->n_context >= 2 && ps->context[ps->n_context - 2] == HELLO &&
+              ps->context[ps->n_context - 1] == WORLD);
+        /* a single timestamp at the end, 0.2 s before the window's end:
+           everything transcribed */
+        int32_t h2[] = {TS_BEGIN, AGAIN, THERE, TS_BEGIN + (int32_t)(ps->n / 320) - 10};
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h2, 4) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev, "final"), 1);
+        const cJSON *f = last(&ev, "final");
+        CHECK(!strcmp(str(f, "text"), " hello world again there"));
+        CHECK_MSG(fabs(cJSON_GetObjectItemCaseSensitive(f, "start")->valuedouble -
+                       (double)start / SR) < 1e-6, "final.start is the window's start");
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(d, &st);
+        CHECK_EQ_INT(st.continuations, 1);
+        CHECK_EQ_INT(st.samples_final, end - start);
+
+        /* the next utterance: committed text is forced after <|0.00|>; a
+           hypothesis that never ends a segment covers the whole window; the
+           continuations are bounded even if the decoder keeps stopping */
+        push(d, 5.0f, 1, &seed);
+        push(d, 1.6f, 0, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final);
+        int loops = 0;
+        while (ps && loops < 20) {
+            int32_t stop_early[] = {TS_BEGIN, HELLO, TS_BEGIN + 25, TS_BEGIN + 25, WORLD};
+            CHECK(sotto_dictation_complete_pass(d, ps->id, stop_early, 5) == SOTTO_OK);
+            ps = sotto_dictation_take_pass(d);
+            loops++;
+        }
+        CHECK_MSG(loops == 7, "%d final passes (1 + 6 continuations at most)", loops);
+        CHECK_EQ_INT(count(&ev, "final"), 2);
+        sotto_dictation_flush(d, 1);
+        CHECK(sotto_dictation_done(d));
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
+    /* ---- the forced prefix of a final pass with timestamps --------------- */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        sotto_dictation_set_timestamps(d, TS_BEGIN);
+        push(d, 1.0f, 0, &seed);
+        for (int i = 0; i < 2; i++) {
+            push(d, 1.1f, 1, &seed);
+            const sotto_pass *ps = sotto_dictation_take_pass(d);
+            CHECK(ps && !ps->final && !ps->timestamps);
+            int32_t h[] = {HELLO, WORLD};
+            sotto_dictation_complete_pass(d, ps->id, h, 2);
+        }
+        CHECK(!strcmp(str(last(&ev, "commit"), "committed"), " hello world"));
+        push(d, 1.6f, 0, &seed);
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && ps->timestamps && ps->n_prefix == 3);
+        if (ps && ps->n_prefix == 3)
+            CHECK(ps->prefix[0] == TS_BEGIN && ps->prefix[1] == HELLO && ps->prefix[2] == WORLD);
+        /* the model closes the forced segment at 1.20 s and ends, more than
+           1 s before the window's end: the rest gets a final pass */
+        CHECK_MSG(ps->n > (size_t)(2.5 * SR), "window of %zu samples", ps->n);
+        uint64_t start = ps->start;
+        int32_t h[] = {TS_BEGIN + 60};
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h, 1) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev, "final"), 0);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && ps->n_prefix == 0 && ps->start == start + (uint64_t)(1.2 * SR));
+        CHECK(sotto_dictation_complete_pass(d, ps->id, NULL, 0) == SOTTO_OK); /* silence */
+        CHECK_EQ_INT(count(&ev, "final"), 1);
+        CHECK(!strcmp(str(last(&ev, "final"), "text"), " hello world"));
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+    sotto_tokenizer_free(tok);
+    return check_report();
+}
