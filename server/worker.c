@@ -228,6 +228,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         pthread_mutex_lock(&ss->lock);
         c->due_since = ss->pass_due_since;
         c->pass = sotto_dictation_take_pass(ss->dict);
+        ss->pass_due_since = 0; /* the next pass's wait starts when it becomes due */
         pthread_mutex_unlock(&ss->lock);
         if (!c->pass) continue;
         srv_hist_add(&s->m.pass_queue, srv_now() - c->due_since);
