@@ -74,7 +74,9 @@ int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err) {
         srv_model *lru = NULL;
         for (int i = 0; i < s->n_models; i++) {
             srv_model *o = &s->models[i];
-            if (o->model && o->refs == 0 && o != sm && (!lru || o->last_used < lru->last_used))
+            /* the default variant stays, as in srv_models_unload_idle */
+            if (o->model && o->refs == 0 && o != sm && o != &s->models[0] &&
+                (!lru || o->last_used < lru->last_used))
                 lru = o;
         }
         if (!lru) break;

@@ -157,6 +157,7 @@ typedef struct srv_session {
     double pass_due_since;    /* when a pass became due (for latency metrics) */
     int language_detected;    /* "auto" resolved on the first pass */
     uint64_t final_samples_seen;
+    uint64_t dropped_samples_seen; /* samples_dropped already added to the metric */
 
     /* events (session lock) */
     uint64_t next_seq;

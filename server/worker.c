@@ -113,7 +113,13 @@ static void init_session(srv *s, srv_session *ss) {
         cJSON_AddNumberToObject(v, "min_speech_ms", ss->dp.vad.min_speech_ms);
         srv_session_emit_locked(s, ss, e);
     }
-    if (ss->n_pending) sotto_dictation_push(ss->dict, ss->pending, ss->n_pending);
+    if (ss->n_pending) {
+        sotto_dictation_push(ss->dict, ss->pending, ss->n_pending);
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(ss->dict, &st);
+        atomic_fetch_add(&s->m.audio_dropped_samples, st.samples_dropped - ss->dropped_samples_seen);
+        ss->dropped_samples_seen = st.samples_dropped;
+    }
     free(ss->pending);
     ss->pending = NULL;
     ss->n_pending = ss->cap_pending = 0;

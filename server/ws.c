@@ -311,6 +311,10 @@ static void on_audio(srv *s, conn *c) {
     pthread_mutex_lock(&ss->lock);
     if (ss->dict) {
         sotto_dictation_push(ss->dict, out, n);
+        sotto_dictation_stats st; /* audio the backlog bound dropped, for /metrics */
+        sotto_dictation_get_stats(ss->dict, &st);
+        atomic_fetch_add(&s->m.audio_dropped_samples, st.samples_dropped - ss->dropped_samples_seen);
+        ss->dropped_samples_seen = st.samples_dropped;
     } else { /* model still loading: keep it, bounded */
         size_t limit = (size_t)(s->opt.max_buffer_s * 16000);
         if (ss->n_pending + n > ss->cap_pending && ss->n_pending + n <= limit) {

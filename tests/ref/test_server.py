@@ -23,6 +23,12 @@ would (tests/ref/server_client.py). Sections (--only / --skip take their names):
              same transcript as an uninterrupted run; seq continues without gaps
              or duplicates; resume failures (wrong token, live session, not first).
   overload   --max-sessions 1: a second session gets a fatal `overloaded`.
+  backlog    a 70 s clip sent at once to a server with --max-buffer-s 30: a `backlog`
+             warning, the dropped audio counted in `done` and /metrics, the
+             session still ends cleanly with text.
+  variants   a config file (memory budget 200 MB, idle unload 2 s): nf4 loaded on
+             demand next to the default f32, unloaded when idle; bf16 beyond the
+             budget refused with model_unavailable; f32 still served.
   metrics    /metrics has the documented series with sane values; /healthz 200.
   sigterm    SIGTERM during a session: it finishes (final + done), new sessions
              are refused, the process exits 0 within the drain bound.
@@ -47,8 +53,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refcommon as rc  # noqa: E402
 import server_client as sc  # noqa: E402
 
-SECTIONS = ["accuracy", "realtime", "weights", "badinput", "resume", "overload", "metrics",
-            "sigterm", "tls"]
+SECTIONS = ["accuracy", "realtime", "weights", "badinput", "resume", "overload", "backlog",
+            "variants", "metrics", "sigterm", "tls"]
 
 REALTIME_CLIPS = ["librispeech_train-clean-100_1867-154075-0031",
                   "librispeech_train-clean-100_19-198-0026",
@@ -767,6 +773,81 @@ def section_metrics(ctx, ck):
           and m.get("sotto_queue_passes") == 0,
           f"active {m.get('sotto_sessions_active')}, detached {m.get('sotto_sessions_detached')}, "
           f"queued {m.get('sotto_queue_passes')}")
+
+
+# --- backlog and variants ---------------------------------------------------------
+
+
+BACKLOG_CLIP = "librispeech_test-clean_1089-134686-0000-0009_concat70s"
+
+
+def section_backlog(ctx, ck):
+    clip = ctx.by_id.get(BACKLOG_CLIP)
+    if not ck.ok("backlog: the 70 s clip is in the manifest", clip is not None, BACKLOG_CLIP):
+        return
+    a = sc.load_clip(clip["file"], "s16_16k", ctx.tmp)
+    srv = sc.Server(ctx.args.server, ctx.args.model, ["--max-buffer-s", "30"],
+                    threads=ctx.args.threads).start()
+    try:
+        res = sc.stream(srv.ws_url, a)  # as fast as possible: far faster than transcription
+        warns = [w for w in res.warnings if w.get("code") == "backlog"]
+        dropped = (res.done or {}).get("dropped_seconds", 0)
+        ck.ok("backlog: a `backlog` warning with dropped_seconds", bool(warns) and
+              warns[0].get("dropped_seconds", 0) > 0, str(warns[:2]))
+        ck.ok("backlog: done reports the dropped audio; what was kept was transcribed",
+              res.done is not None and 0 < dropped < a.seconds and res.transcript.strip() != ""
+              and not res.errors,
+              f"done {res.done}, {len(res.finals())} finals, errors {res.errors}")
+        evs = [e for _, e in res.events]
+        ck.problems("backlog: events consistent (seq, commits, utterances, acks = sent)",
+                    sc.check_seq(evs, 1, allow_partial_gaps=True) + sc.check_committed(evs)
+                    + sc.check_utterances(evs) + sc.check_acks(evs, a.total_units))
+        m = srv.metrics()
+        ck.ok("backlog: /metrics counts the dropped seconds like done",
+              abs(m.get("sotto_audio_dropped_seconds_total", -1) - dropped) < 0.05,
+              f"metrics {m.get('sotto_audio_dropped_seconds_total')}, done {dropped}")
+    finally:
+        srv.stop()
+
+
+def section_variants(ctx, ck):
+    cfg = os.path.join(ctx.tmp, "server.json")
+    with open(cfg, "w") as f:
+        json.dump({"memory-budget-mb": 200, "idle-unload-s": 2}, f)
+    clip = ctx.by_id[SHORT_CLIP]
+    a = sc.load_clip(clip["file"], "s16_16k", ctx.tmp)
+    srv = sc.Server(ctx.args.server, ctx.args.model, ["--config", cfg],
+                    threads=ctx.args.threads).start()
+
+    def resident():
+        return {k: v for k, v in srv.metrics().items() if k.startswith("sotto_weights_bytes{")}
+
+    try:
+        r4 = sc.stream(srv.ws_url, a, start={"weights": "nf4"})
+        ck.problems("variants: an nf4 session (variant loaded on demand) is clean",
+                    sc.check_session(r4, a.total_units))
+        wb = resident()
+        ck.ok("variants: f32 (default) and nf4 resident together within the 200 MB budget "
+              "set in the config file", len(wb) == 2 and sum(wb.values()) <= 200e6, str(wb))
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and len(wb) != 1:
+            time.sleep(0.5)
+            wb = resident()
+        ck.ok("variants: the idle nf4 variant is unloaded after idle-unload-s (2 s); the "
+              "default stays", list(wb) == ['sotto_weights_bytes{model="tiny.en",weights="f32"}'],
+              f"{wb}; log: {srv.log_lines('unloaded')[-1:]}")
+        rb = sc.stream(srv.ws_url, a, start={"weights": "bf16"})
+        e = [x for x in rb.errors if x.get("code") == "model_unavailable"]
+        ck.ok("variants: bf16 (75 MB) next to the resident default f32 (151 MB) exceeds the "
+              "budget -> model_unavailable, fatal, naming the budget",
+              bool(e) and e[0].get("fatal") is True and "budget" in e[0].get("message", ""),
+              str(rb.errors))
+        r32 = sc.stream(srv.ws_url, a)
+        ck.problems("variants: an f32 session afterwards is clean",
+                    sc.check_session(r32, a.total_units))
+        ck.ok("variants: server alive", srv.alive())
+    finally:
+        srv.stop()
 
 
 # --- SIGTERM ---------------------------------------------------------------------
