@@ -502,6 +502,24 @@ async def tcp_reset(url, audio, out):
     out["abrupt TCP reset mid-stream (no close frame)"] = (True, f"{len(res.events)} events before")
 
 
+async def stalled_reader(url, audio, out):
+    """A client that never reads its events (its socket buffers fill), streaming a whole
+    clip, while the healthy session runs; the server must go on serving the others."""
+    import contextlib
+    ws = await sc.ws_connect(url, max_size=None, ping_interval=None, max_queue=1,
+                             close_timeout=2)
+    await ws.send(json.dumps({"type": "start", **audio.start_fields()}))
+    for m in audio.messages:
+        await ws.send(m)
+    await ws.send(json.dumps({"type": "stop"}))
+    await asyncio.sleep(6.0)  # holds the connection open, reading nothing
+    sc.abort_connection(ws)
+    with contextlib.suppress(Exception):
+        await ws.close()
+    out["a client that never reads its events (stop sent, held open 6 s, then reset)"] = (
+        True, "the healthy session's checks below tell whether others were blocked")
+
+
 def section_badinput(ctx, ck):
     srv = ctx.main
     url = srv.ws_url
@@ -518,6 +536,7 @@ def section_badinput(ctx, ck):
         nonlocal clean_opus
         if clean_opus is None:
             clean_opus = (await sc.stream_async(url, a_opus)).transcript
+        stall = asyncio.create_task(stalled_reader(url, a_short, out))  # alongside the rest
         await bad_json(url, out)
         await unknown_type(url, out)
         await audio_before_start(url, out)
@@ -528,6 +547,7 @@ def section_badinput(ctx, ck):
         await frame_too_large(url, a_short, short["text"], out)
         await flush_and_stopped(url, a_short, out)
         await tcp_reset(url, a_healthy, out)
+        await stall
 
     async def main():
         h = asyncio.create_task(sc.stream_async(url, a_healthy, realtime=True))
