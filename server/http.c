@@ -61,6 +61,36 @@ int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
         free(text);
         return rc;
     }
+    /* captions of a feed: /v1/feeds/NAME.vtt or .srt [?key=KEY] */
+    size_t ul = strlen(uri);
+    if (strncmp(uri, "/v1/feeds/", 10) == 0 && ul > 14 &&
+        (!strcmp(uri + ul - 4, ".vtt") || !strcmp(uri + ul - 4, ".srt"))) {
+        char name[SRV_FEED_NAME_MAX + 1];
+        size_t nl = ul - 14;
+        if (nl > SRV_FEED_NAME_MAX) return respond(wsi, 404, "text/plain", "no such feed\n", strlen("no such feed\n"));
+        memcpy(name, uri + 10, nl);
+        name[nl] = 0;
+        srv_session *ss = srv_feed_name_ok(name) ? srv_feed_find(s, name) : NULL;
+        if (!ss) return respond(wsi, 404, "text/plain", "no such feed\n", strlen("no such feed\n"));
+        char key[SRV_FEED_NAME_MAX + 8] = "";
+        const char *kv = lws_get_urlarg_by_name(wsi, "key=", key, (int)sizeof key);
+        pthread_mutex_lock(&ss->lock);
+        int key_ok = !ss->feed_key[0] || (kv && strcmp(kv, ss->feed_key) == 0);
+        pthread_mutex_unlock(&ss->lock);
+        if (!key_ok) {
+            srv_session_unref(s, ss);
+            return respond(wsi, 403, "text/plain", "this feed needs its viewer key (?key=...)\n", strlen("this feed needs its viewer key (?key=...)\n"));
+        }
+        int vtt = !strcmp(uri + ul - 4, ".vtt");
+        size_t len = 0;
+        char *text = srv_feed_captions(ss, vtt, &len);
+        srv_session_unref(s, ss);
+        if (!text) return respond(wsi, 500, "text/plain", "out of memory\n", 14);
+        int rc = respond(wsi, 200, vtt ? "text/vtt; charset=utf-8" : "application/x-subrip; charset=utf-8",
+                         text, len);
+        free(text);
+        return rc;
+    }
     /* static files: no "..", no hidden files */
     if (uri[0] != '/' || strstr(uri, "..") || strstr(uri, "/.") || strlen(uri) > 512)
         return respond(wsi, 400, "text/plain", "bad path\n", 9);

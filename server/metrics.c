@@ -84,7 +84,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
     out o = {malloc(8192), 0, 8192, 0};
     if (!o.buf) return NULL;
     srv_metrics *m = &s->m;
-    int active = 0, detached = 0, queued = 0;
+    int active = 0, detached = 0, queued = 0, viewers = 0;
     pthread_mutex_lock(&s->lock);
     for (srv_session *ss = s->sessions; ss; ss = ss->next) {
         if (ss->state == SESS_LOADING || ss->state == SESS_RUNNING || ss->state == SESS_STOPPING) {
@@ -93,6 +93,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
         }
         pthread_mutex_lock(&ss->lock);
         if (ss->dict && sotto_dictation_pass_due(ss->dict)) queued++;
+        viewers += ss->n_viewers;
         pthread_mutex_unlock(&ss->lock);
     }
     pthread_mutex_unlock(&s->lock);
@@ -118,6 +119,11 @@ char *srv_metrics_render(srv *s, size_t *len) {
             atomic_load(&m->concealed_packets));
     counter(&o, "sotto_passes_total", "decode passes run", atomic_load(&m->passes));
     counter(&o, "sotto_events_sent_total", "events written to clients", atomic_load(&m->events_sent));
+    counter(&o, "sotto_feed_viewers_total", "feed viewer connections accepted",
+            atomic_load(&m->feed_viewers_total));
+    counter(&o, "sotto_feed_viewers_dropped_total", "feed viewers dropped for falling behind",
+            atomic_load(&m->feed_viewers_dropped));
+    gauge(&o, "sotto_feed_viewers", "feed viewers connected", viewers);
     counter(&o, "sotto_events_dropped_total", "events dropped for lagging clients",
             atomic_load(&m->events_dropped));
     hist(&o, "sotto_pass_queue_seconds", "time a due pass waited for the worker", &m->pass_queue);

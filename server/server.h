@@ -90,6 +90,7 @@ typedef struct srv_metrics {
     _Atomic uint64_t sessions_total, sessions_rejected, sessions_resumed;
     _Atomic uint64_t audio_in_samples, audio_final_samples, audio_dropped_samples;
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
+    _Atomic uint64_t feed_viewers_total, feed_viewers_dropped;
     srv_hist pass_queue, encode, decode, pass_total, first_token;
 } srv_metrics;
 
@@ -111,6 +112,9 @@ typedef struct srv_event {
     size_t len;
     int utterance;  /* of partial/commit/final events; 0 for the others */
     int partial;    /* a partial event */
+    int viewer;     /* feed viewers get it (speech_start, partial, commit, final,
+                       speech_end, done) */
+    int done;       /* the `done` event */
     int superseded; /* a partial that a later partial/commit/final of its utterance replaces,
                        or an ack that a later ack replaces: skipped when the connection
                        lags (SRV_LAG_SKIP events behind), never the reason to cull it */
@@ -120,6 +124,14 @@ typedef struct srv_event {
 #define SRV_LAG_SKIP 64
 
 #define SRV_EVENT_RING 1024
+#define SRV_FEED_NAME_MAX 64
+
+/* A final of a published session, for feed captions (.vtt/.srt). */
+typedef struct srv_caption {
+    char *text;
+    double start, end;
+    int utterance;
+} srv_caption;
 
 typedef struct srv srv;
 
@@ -166,6 +178,15 @@ typedef struct srv_session {
     uint64_t sent_upto;       /* events with seq <= this were written */
     uint64_t last_ack_seq, last_partial_seq; /* newest ack / partial event emitted */
     uint64_t dropped_events;
+
+    /* live-caption feed (feed.c; session lock) */
+    char feed[SRV_FEED_NAME_MAX + 1]; /* published name, "" if not published */
+    char feed_key[SRV_FEED_NAME_MAX + 1];
+    srv_caption *captions;
+    int n_captions, cap_captions;
+    struct lws **viewers;     /* service thread adds/removes; wakes read them */
+    int n_viewers, cap_viewers;
+    uint64_t viewers_woken_seq; /* newest event viewers were woken for */
 } srv_session;
 
 /* ---- the server ----------------------------------------------------------------- */
@@ -205,6 +226,21 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev);
 void srv_session_error(srv *s, srv_session *ss, const char *code, const char *msg, int fatal);
 /* Drops detached sessions past the grace period. */
 void srv_sessions_reap(srv *s);
+
+/* feeds (feed.c) */
+int srv_feed_name_ok(const char *name);
+/* Publishes ss under name (unique among sessions in the table); -1 if taken. */
+int srv_feed_claim(srv *s, srv_session *ss, const char *name, const char *key);
+srv_session *srv_feed_find(srv *s, const char *name); /* takes a ref */
+int srv_feed_is_viewer_event(const char *type);
+void srv_feed_add_final(srv_session *ss, const cJSON *final_event); /* session lock held */
+void srv_feed_free_captions(srv_session *ss);
+/* .vtt (vtt=1) or .srt of the finals so far; malloc'd. */
+char *srv_feed_captions(srv_session *ss, int vtt, size_t *len);
+/* The viewer's first event: {"type":"feed", "finals":[...]}; session lock held. */
+char *srv_feed_history_locked(srv_session *ss);
+int srv_feed_viewer_add(srv_session *ss, struct lws *wsi);
+void srv_feed_viewer_remove(srv_session *ss, struct lws *wsi);
 
 /* models (registry.c) */
 srv_model *srv_model_find(srv *s, const char *name, sotto_wfmt w);

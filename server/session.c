@@ -59,6 +59,8 @@ static void session_free(srv *s, srv_session *ss) {
     free(ss->pending);
     free(ss->prompt);
     free(ss->prompt_tokens);
+    srv_feed_free_captions(ss);
+    free(ss->viewers);
     pthread_mutex_destroy(&ss->lock);
     free(ss);
 }
@@ -109,8 +111,9 @@ void srv_sessions_reap(srv *s) {
     for (srv_session *ss = s->sessions, *next; ss && n < 64; ss = next) {
         next = ss->next;
         int expired = !ss->wsi && ss->detached_at > 0 &&
-                      (now - ss->detached_at > s->opt.resume_grace_s || ss->state == SESS_DONE ||
-                       ss->state == SESS_NEW);
+                      (now - ss->detached_at > s->opt.resume_grace_s ||
+                       (ss->state == SESS_DONE && !ss->feed[0]) || ss->state == SESS_NEW);
+        /* (a finished feed stays for the grace period: its captions can still be fetched) */
         if (expired) {
             if (unlink_locked(s, ss)) dead[n++] = ss;
         }
@@ -132,6 +135,11 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     int partial = strcmp(t, "partial") == 0;
     int utterance = cJSON_IsNumber(utt) && (partial || !strcmp(t, "commit") || !strcmp(t, "final"))
                         ? utt->valueint : 0;
+    /* everything needed from ev before it is printed and freed (t points into it) */
+    const int is_ack = strcmp(t, "ack") == 0, is_viewer = srv_feed_is_viewer_event(t),
+              is_done = strcmp(t, "done") == 0;
+    if (ss->feed[0] && !strcmp(t, "final")) srv_feed_add_final(ss, ev);
+    t = NULL;
     uint64_t seq = ss->next_seq++;
     cJSON_AddNumberToObject(ev, "seq", (double)seq);
     char *json = cJSON_PrintUnformatted(ev);
@@ -159,9 +167,10 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     slot->utterance = utterance;
     slot->partial = partial;
     slot->superseded = 0;
+    slot->viewer = is_viewer;
+    slot->done = is_done;
     /* the previous partial of this utterance, or the previous ack, is stale now; when the
        connection lags, write_next skips it (earlier ones were marked when it came) */
-    int is_ack = strcmp(t, "ack") == 0;
     uint64_t *prev = is_ack ? &ss->last_ack_seq : utterance ? &ss->last_partial_seq : NULL;
     if (prev && *prev > ss->sent_upto && *prev >= ss->first_kept && *prev < seq) {
         srv_event *o = &ss->ring[*prev % SRV_EVENT_RING];

@@ -104,6 +104,7 @@ static void init_session(srv *s, srv_session *ss) {
         cJSON_AddNumberToObject(e, "channels", ss->channels);
         cJSON_AddBoolToObject(e, "partials", ss->dp.partials);
         cJSON_AddBoolToObject(e, "final_timestamps", ss->dp.final_timestamps);
+        if (ss->feed[0]) cJSON_AddStringToObject(e, "feed", ss->feed);
         cJSON_AddNumberToObject(e, "step_ms", ss->dp.step_ms);
         cJSON_AddNumberToObject(e, "max_window_s", ss->dp.max_window_s);
         cJSON *v = cJSON_AddObjectToObject(e, "vad");

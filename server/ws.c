@@ -10,8 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define VIEWER_OUTBOX 8
+
 typedef struct conn {
-    srv_session *ss;
+    srv_session *ss;          /* its session; for a feed viewer, the published one */
+    int viewer;               /* a read-only feed viewer (feed.c) */
+    uint64_t cursor;          /* viewer: newest event of ss it has been sent (or skipped) */
+    char *outbox[VIEWER_OUTBOX]; /* viewer: its own messages (history, errors, pong) first */
+    int n_outbox;
+    int close_after_outbox;
     unsigned char *rx; /* message being assembled */
     size_t rx_len, rx_cap;
     int rx_overflow;
@@ -121,6 +128,18 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
                           "language must be a code or 'auto', task transcribe or translate, "
                           "prompt at most 2000 bytes",
                           0);
+        return;
+    }
+    const char *feed = jstr(msg, "feed"), *feed_key = jstr(msg, "feed_key");
+    if ((feed && !srv_feed_name_ok(feed)) || (feed_key && (!*feed_key || strlen(feed_key) > SRV_FEED_NAME_MAX))) {
+        srv_session_error(s, ss, "bad_start",
+                          "feed must be 1..64 of A-Z a-z 0-9 - _ . (not starting with '.'), "
+                          "feed_key 1..64 bytes", 0);
+        return;
+    }
+    if (feed && srv_feed_claim(s, ss, feed, feed_key)) {
+        snprintf(why, sizeof why, "the feed name '%s' is taken", feed);
+        srv_session_error(s, ss, "feed_taken", why, 0);
         return;
     }
     const cJSON *partials = cJSON_GetObjectItemCaseSensitive(msg, "partials");
@@ -404,6 +423,11 @@ static void service_wakeup(srv *s) {
             to_stop[n_stop++] = ss;
         }
         if (ss->wsi && pending) lws_callback_on_writable(ss->wsi);
+        if (ss->n_viewers && (ss->next_seq - 1 > ss->viewers_woken_seq || ss->state == SESS_DONE)) {
+            /* feed viewers: new events, or the end */
+            ss->viewers_woken_seq = ss->next_seq - 1;
+            for (int v = 0; v < ss->n_viewers; v++) lws_callback_on_writable(ss->viewers[v]);
+        }
         pthread_mutex_unlock(&ss->lock);
     }
     pthread_mutex_unlock(&s->lock);
@@ -413,6 +437,146 @@ static void service_wakeup(srv *s) {
     }
     if (draining && (active == 0 || srv_now() - s->drain_started > s->opt.drain_s))
         atomic_store(&s->stop, 1);
+}
+
+/* ---- feed viewers ---------------------------------------------------------------------- */
+
+static void viewer_say(conn *c, char *json) { /* takes json */
+    if (!json) return;
+    if (c->n_outbox == VIEWER_OUTBOX) {
+        free(json);
+        return;
+    }
+    c->outbox[c->n_outbox++] = json;
+}
+
+static char *error_json(const char *code, const char *msg, int fatal) {
+    cJSON *e = cJSON_CreateObject();
+    if (!e) return NULL;
+    cJSON_AddStringToObject(e, "type", "error");
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddBoolToObject(e, "fatal", fatal);
+    char *j = cJSON_PrintUnformatted(e);
+    cJSON_Delete(e);
+    return j;
+}
+
+/* /v1/feeds/NAME[?key=KEY]: attach c to the published session as a viewer,
+ * or explain why not (fatal error, then close). */
+static void viewer_open(srv *s, struct lws *wsi, conn *c, const char *name) {
+    char key[SRV_FEED_NAME_MAX + 8] = "";
+    const char *kv = lws_get_urlarg_by_name(wsi, "key=", key, (int)sizeof key);
+    c->viewer = 1;
+    srv_session *ss = srv_feed_name_ok(name) ? srv_feed_find(s, name) : NULL;
+    if (!ss) {
+        viewer_say(c, error_json("not_found", "no such feed", 1));
+        c->close_after_outbox = 1;
+        return;
+    }
+    pthread_mutex_lock(&ss->lock);
+    int key_ok = !ss->feed_key[0] || (kv && strcmp(kv, ss->feed_key) == 0);
+    pthread_mutex_unlock(&ss->lock);
+    if (!key_ok) {
+        srv_session_unref(s, ss);
+        viewer_say(c, error_json("forbidden", "this feed needs its viewer key (?key=...)", 1));
+        c->close_after_outbox = 1;
+        return;
+    }
+    if (srv_feed_viewer_add(ss, wsi)) {
+        srv_session_unref(s, ss);
+        viewer_say(c, error_json("internal", "out of memory", 1));
+        c->close_after_outbox = 1;
+        return;
+    }
+    c->ss = ss; /* keeps the ref taken by find */
+    pthread_mutex_lock(&ss->lock);
+    c->cursor = ss->next_seq - 1;
+    viewer_say(c, srv_feed_history_locked(ss));
+    pthread_mutex_unlock(&ss->lock);
+    atomic_fetch_add(&s->m.feed_viewers_total, 1);
+}
+
+/* A viewer may only ping; anything else is answered read_only. */
+static void viewer_receive(conn *c, struct lws *wsi) {
+    cJSON *msg = lws_frame_is_binary(wsi) ? NULL : cJSON_ParseWithLength((const char *)c->rx, c->rx_len);
+    const cJSON *t = msg ? cJSON_GetObjectItemCaseSensitive(msg, "type") : NULL;
+    if (cJSON_IsString(t) && !strcmp(t->valuestring, "ping")) {
+        char *p = strdup("{\"type\":\"pong\"}");
+        viewer_say(c, p);
+    } else {
+        viewer_say(c, error_json("read_only", "feed viewers cannot send audio or control messages", 0));
+    }
+    cJSON_Delete(msg);
+}
+
+/* Writes the viewer's own messages, then the session's viewer events from its
+ * cursor (superseded partials skipped when it lags); drops a viewer that fell
+ * out of the ring; closes after the session's `done`. */
+static int viewer_write(srv *s, struct lws *wsi, conn *c) {
+    for (int n = 0; n < 64; n++) {
+        char *msg = NULL;
+        size_t len = 0;
+        int close_now = 0, is_done = 0;
+        if (c->n_outbox) {
+            msg = c->outbox[0];
+            memmove(c->outbox, c->outbox + 1, sizeof(char *) * (size_t)--c->n_outbox);
+            len = strlen(msg);
+        } else if (c->close_after_outbox || !c->ss) {
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"bye", 3);
+            return -1;
+        } else {
+            srv_session *ss = c->ss;
+            pthread_mutex_lock(&ss->lock);
+            uint64_t last = ss->next_seq - 1, seq = c->cursor + 1;
+            if (seq < ss->first_kept) { /* fell out of the ring: never slows the speaker */
+                pthread_mutex_unlock(&ss->lock);
+                viewer_say(c, error_json("too_slow", "the viewer fell too far behind; reconnect", 1));
+                c->close_after_outbox = 1;
+                atomic_fetch_add(&s->m.feed_viewers_dropped, 1);
+                continue;
+            }
+            while (seq <= last && (!ss->ring[seq % SRV_EVENT_RING].viewer ||
+                                   (ss->ring[seq % SRV_EVENT_RING].superseded &&
+                                    last - seq > SRV_LAG_SKIP)))
+                seq++;
+            if (seq > last) {
+                c->cursor = last;
+                close_now = ss->state == SESS_DONE;
+                pthread_mutex_unlock(&ss->lock);
+                if (close_now) {
+                    lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
+                    return -1;
+                }
+                return 0;
+            }
+            srv_event *ev = &ss->ring[seq % SRV_EVENT_RING];
+            msg = malloc(ev->len + 1);
+            if (msg) memcpy(msg, ev->json, ev->len + 1);
+            len = ev->len;
+            is_done = ev->done;
+            c->cursor = seq;
+            pthread_mutex_unlock(&ss->lock);
+            if (!msg) return -1;
+        }
+        if (c->tx_cap < LWS_PRE + len) {
+            unsigned char *nb = realloc(c->tx, LWS_PRE + len + 256);
+            if (!nb) {
+                free(msg);
+                return -1;
+            }
+            c->tx = nb;
+            c->tx_cap = LWS_PRE + len + 256;
+        }
+        memcpy(c->tx + LWS_PRE, msg, len);
+        free(msg);
+        if (lws_write(wsi, c->tx + LWS_PRE, len, LWS_WRITE_TEXT) < (int)len) return -1;
+        atomic_fetch_add(&s->m.events_sent, 1);
+        if (is_done) c->close_after_outbox = 1;
+        if (lws_send_pipe_choked(wsi)) break;
+    }
+    lws_callback_on_writable(wsi);
+    return 0;
 }
 
 /* ---- the callback ------------------------------------------------------------------ */
@@ -428,12 +592,18 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         memset(c, 0, sizeof *c);
         char uri[256] = "";
         lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
+        if (strncmp(uri, "/v1/feeds/", 10) == 0) {
+            viewer_open(s, wsi, c, uri + 10);
+            lws_callback_on_writable(wsi);
+            return 0;
+        }
         c->ss = srv_session_new(s);
         if (!c->ss) return -1;
         c->ss->wsi = wsi;
         srv_session_ref(s, c->ss); /* the connection's */
         if (strcmp(uri, "/v1/stream") != 0 && strcmp(uri, "/") != 0) {
-            srv_session_error(s, c->ss, "not_found", "WebSocket endpoints: /v1/stream", 1);
+            srv_session_error(s, c->ss, "not_found",
+                              "WebSocket endpoints: /v1/stream, /v1/feeds/NAME", 1);
         } else if (atomic_load(&s->draining)) {
             srv_session_error(s, c->ss, "shutting_down", "the server is shutting down", 1);
         } else {
@@ -459,7 +629,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return 0;
     }
     case LWS_CALLBACK_RECEIVE: {
-        if (!c->ss) return -1;
+        if (!c->ss && !c->viewer) return -1;
         if (lws_is_first_fragment(wsi)) c->rx_len = 0, c->rx_overflow = 0;
         if (!c->rx_overflow) {
             if (c->rx_len + len > (size_t)s->opt.max_frame_bytes) {
@@ -478,7 +648,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             }
         }
         if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi)) return 0;
-        if (c->rx_overflow) {
+        if (c->viewer) {
+            viewer_receive(c, wsi);
+        } else if (c->rx_overflow) {
             char why[128];
             snprintf(why, sizeof why, "messages are limited to %d bytes", s->opt.max_frame_bytes);
             srv_session_error(s, c->ss, "frame_too_large", why, 0);
@@ -492,10 +664,19 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return 0;
     }
     case LWS_CALLBACK_SERVER_WRITEABLE:
+        if (c->viewer) return viewer_write(s, wsi, c);
         if (!c->ss) return -1;
         return write_next(s, wsi, c);
     case LWS_CALLBACK_CLOSED:
-        if (c->ss) {
+        if (c->viewer) {
+            if (c->ss) {
+                srv_feed_viewer_remove(c->ss, wsi);
+                srv_session_unref(s, c->ss);
+                c->ss = NULL;
+            }
+            for (int i = 0; i < c->n_outbox; i++) free(c->outbox[i]);
+            c->n_outbox = 0;
+        } else if (c->ss) {
             pthread_mutex_lock(&c->ss->lock);
             c->ss->wsi = NULL;
             c->ss->detached_at = srv_now();

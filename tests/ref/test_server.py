@@ -29,6 +29,11 @@ would (tests/ref/server_client.py). Sections (--only / --skip take their names):
   variants   a config file (memory budget 200 MB, idle unload 2 s): nf4 loaded on
              demand next to the default f32, unloaded when idle; bf16 beyond the
              budget refused with model_unavailable; f32 still served.
+  feeds      a session published as a feed with a viewer key, --viewers (200) read-only
+             viewers on /v1/feeds/NAME (one of them never reads): each gets the history,
+             every commit and final in order, done, then a close; the speaker's session is
+             clean; server memory bounded; .vtt/.srt captions; wrong key, unknown feed,
+             viewer sending audio, a taken feed name.
   metrics    /metrics has the documented series with sane values; /healthz 200.
   sigterm    SIGTERM during a session: it finishes (final + done), new sessions
              are refused, the process exits 0 within the drain bound.
@@ -54,7 +59,7 @@ import refcommon as rc  # noqa: E402
 import server_client as sc  # noqa: E402
 
 SECTIONS = ["accuracy", "realtime", "weights", "badinput", "resume", "overload", "backlog",
-            "variants", "metrics", "sigterm", "tls"]
+            "variants", "feeds", "metrics", "sigterm", "tls"]
 
 REALTIME_CLIPS = ["librispeech_train-clean-100_1867-154075-0031",
                   "librispeech_train-clean-100_19-198-0026",
@@ -870,6 +875,163 @@ def section_variants(ctx, ck):
         srv.stop()
 
 
+# --- feeds ------------------------------------------------------------------------
+
+
+def rss_mb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return float("nan")
+
+
+def section_feeds(ctx, ck):
+    import contextlib
+    srv = ctx.main
+    clip = ctx.by_id[HEALTHY_CLIP]
+    a = sc.load_clip(clip["file"], "s16_16k", ctx.tmp)
+    n = ctx.args.viewers
+    base = srv.ws_url[: srv.ws_url.index("/v1/stream")]
+    feed_url = base + "/v1/feeds/room-1.a?key=sekrit"
+    sc.stream(srv.ws_url, a)  # warm: the first passes allocate the inference workspace
+    rss0 = rss_mb(srv.proc.pid)
+    extra = {}
+
+    async def viewer(i, out):
+        evs = []
+        try:
+            ws = await sc.ws_connect(feed_url, max_size=None, ping_interval=None, open_timeout=60,
+                                     max_queue=1 if i == 0 else 16)
+            if i == 0:  # the stalled viewer: reads nothing until the speaker is done
+                out["stalled_ws"] = ws
+                return
+            async for m in ws:
+                evs.append(json.loads(m))
+        except Exception as ex:
+            evs.append({"type": "exception", "what": f"{type(ex).__name__}: {ex}"})
+        out[i] = evs
+
+    async def main():
+        ws, res, rx = await _connect(srv.ws_url)
+        await ws.send(json.dumps({"type": "start", "feed": "room-1.a", "feed_key": "sekrit"}))
+        ready = await _expect(res, lambda e: e.get("type") == "ready", 60)
+        out = {}
+        tasks = [asyncio.create_task(viewer(i, out)) for i in range(n)]
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            await asyncio.sleep(0.2)
+            m = await asyncio.to_thread(srv.metrics)
+            if m.get("sotto_feed_viewers", 0) >= n:
+                break
+        extra["connected"] = m.get("sotto_feed_viewers", 0)
+        extra["rss_connected"] = rss_mb(srv.proc.pid)
+        # bad viewers and a second speaker while it runs
+        ws2, r2, rx2 = await _connect(srv.ws_url)
+        await ws2.send(json.dumps({"type": "start", "feed": "room-1.a"}))
+        extra["taken"] = await _expect(r2, _is_err("feed_taken"), 10)
+        await _finish(ws2, rx2)
+        for label, url in (("nokey", base + "/v1/feeds/room-1.a"),
+                           ("wrongkey", base + "/v1/feeds/room-1.a?key=nope"),
+                           ("unknown", base + "/v1/feeds/no-such-feed")):
+            w, rr, rxx = await _connect(url)
+            extra[label] = await _expect(rr, lambda e: e.get("type") == "error", 10)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(rxx, 10)
+            extra[label + "_closed"] = rr.t_end is not None
+        w, rr, rxx = await _connect(feed_url)
+        await _expect(rr, lambda e: e.get("type") == "feed", 10)
+        await w.send(b"\0\0" * 160)
+        extra["readonly"] = await _expect(rr, _is_err("read_only"), 10)
+        await w.send(json.dumps({"type": "ping"}))
+        extra["pong"] = await _expect(rr, lambda e: e.get("type") == "pong", 10)
+        await _finish(w, rxx, stop=False, timeout=5)
+        await sc.send_audio(ws, res, a, realtime=True, speed=2.0)
+        await ws.send(json.dumps({"type": "stop"}))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(rx, 120)
+        st, vtt = await asyncio.to_thread(sc.http_get, srv.http_url + "/v1/feeds/room-1.a.vtt?key=sekrit")
+        st2, srt = await asyncio.to_thread(sc.http_get, srv.http_url + "/v1/feeds/room-1.a.srt?key=sekrit")
+        st3, _ = await asyncio.to_thread(sc.http_get, srv.http_url + "/v1/feeds/room-1.a.vtt")
+        extra["files"] = (st, vtt, st2, srt, st3)
+        done, pending = await asyncio.wait(tasks, timeout=60)
+        extra["unfinished"] = len(pending)
+        for t in pending:
+            t.cancel()
+        stalled = out.pop("stalled_ws", None)
+        if stalled is not None:  # now drain it: it must get everything too
+            evs = []
+            with contextlib.suppress(Exception):
+                async for m in stalled:
+                    evs.append(json.loads(m))
+            out[0] = evs
+        return res, out
+
+    res, out = sc.run(main())
+    rss1 = rss_mb(srv.proc.pid)
+    evs = [e for _, e in res.events]
+    ck.problems("feeds: the speaker's session is clean", sc.check_session(res, a.total_units))
+    ck.ok(f"feeds: {n} viewers connected at once", extra.get("connected", 0) >= n,
+          f"sotto_feed_viewers {extra.get('connected')}")
+    want_commits = [(e["seq"], e["committed"]) for e in evs if e.get("type") == "commit"]
+    want_finals = [(e["seq"], e["utterance"], e["text"]) for e in evs if e.get("type") == "final"]
+    bad = []
+    for i in range(n):
+        v = out.get(i, [])
+        if not v or v[0].get("type") != "feed" or v[0].get("finals") != []:
+            bad.append(f"viewer {i}: first event {v[:1]}")
+            continue
+        got_c = [(e["seq"], e["committed"]) for e in v if e.get("type") == "commit"]
+        got_f = [(e["seq"], e["utterance"], e["text"]) for e in v if e.get("type") == "final"]
+        seqs = [e["seq"] for e in v[1:] if "seq" in e]
+        if got_c != want_commits:
+            bad.append(f"viewer {i}: {len(got_c)} commits, want {len(want_commits)}")
+        elif got_f != want_finals:
+            bad.append(f"viewer {i}: finals {got_f} want {want_finals}")
+        elif seqs != sorted(set(seqs)):
+            bad.append(f"viewer {i}: seq not increasing")
+        elif v[-1].get("type") != "done":
+            bad.append(f"viewer {i}: last event {v[-1]}")
+        elif any(e.get("type") in ("ack", "hello", "ready", "error") for e in v):
+            bad.append(f"viewer {i}: got a speaker-only event")
+    ck.problems(f"feeds: every viewer (incl. one that read nothing until the end) got the history, "
+                f"all {len(want_commits)} commits and {len(want_finals)} finals in order, done, "
+                f"close", bad + ([f"{extra['unfinished']} viewers still open 60 s after done"]
+                                 if extra.get("unfinished") else []))
+    ck.ok("feeds: server memory bounded with the viewers connected (RSS growth < 64 MB)",
+          extra.get("rss_connected", 1e9) - rss0 < 64 and rss1 - rss0 < 64,
+          f"RSS {rss0:.0f} MB before, {extra.get('rss_connected', float('nan')):.0f} MB with "
+          f"{n} viewers, {rss1:.0f} MB after")
+    e = extra.get("taken")
+    ck.ok("feeds: a second session asking for the same feed name -> feed_taken (non-fatal)",
+          bool(e) and e.get("fatal") is False, str(e))
+    for label, code in (("nokey", "forbidden"), ("wrongkey", "forbidden"), ("unknown", "not_found")):
+        e = extra.get(label)
+        ck.ok(f"feeds: viewer with {label} -> {code} (fatal), closed",
+              bool(e) and e.get("code") == code and e.get("fatal") is True and extra.get(label + "_closed"),
+              str(e))
+    ck.ok("feeds: a viewer sending audio -> read_only (non-fatal); ping -> pong",
+          bool(extra.get("readonly")) and extra["readonly"].get("fatal") is False and bool(extra.get("pong")),
+          f"{extra.get('readonly')}, pong {bool(extra.get('pong'))}")
+    st, vtt, st2, srt, st3 = extra.get("files", (0, "", 0, "", 0))
+    texts = [t.strip() for _, _, t in want_finals if t.strip()]
+    cues = [b for b in vtt.split("\n\n")[1:] if b.strip()]
+    ok_vtt = st == 200 and vtt.startswith("WEBVTT") and len(cues) == len(texts) and all(
+        c.split("\n", 1)[1].strip() == t for c, t in zip(cues, texts))
+    ck.ok("feeds: GET NAME.vtt?key= -> WEBVTT with one cue per final, in order", ok_vtt,
+          f"status {st}: {vtt[:300]!r}")
+    ck.ok("feeds: GET NAME.srt?key= -> numbered SRT cues; without the key -> 403",
+          st2 == 200 and srt.startswith("1\n00:00:") and " --> " in srt and st3 == 403,
+          f"srt status {st2}: {srt[:120]!r}; no key: {st3}")
+    m = srv.metrics()
+    ck.ok("feeds: /metrics: viewers back to 0 after the feed ended",
+          m.get("sotto_feed_viewers") == 0 and m.get("sotto_feed_viewers_total", 0) >= n,
+          f"sotto_feed_viewers {m.get('sotto_feed_viewers')}, total {m.get('sotto_feed_viewers_total')}")
+
+
 # --- SIGTERM ---------------------------------------------------------------------
 
 
@@ -1002,6 +1164,7 @@ def main():
                     help="streamed corpus WER may exceed the offline CLI's by this many pp")
     ap.add_argument("--opus-clips", type=int, default=0, help="clips streamed as Opus (0: all)")
     ap.add_argument("--weights-clips", type=int, default=8)
+    ap.add_argument("--viewers", type=int, default=200, help="feed viewers in section feeds")
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--max-buffer-s", type=float, default=600,
                     help="server --max-buffer-s for the main server: clips are streamed "

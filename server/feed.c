@@ -1,0 +1,212 @@
+/* feed.c - live-caption feeds: a dictation session published under a name
+ * (start's "feed", optional "feed_key"); read-only viewers on
+ * /v1/feeds/NAME receive its speech_start, partial, commit, final,
+ * speech_end and done events, read straight from the session's event ring
+ * (each viewer has its own cursor, so a slow viewer costs the speaker
+ * nothing: it skips superseded partials, and one that falls out of the ring
+ * is dropped); GET /v1/feeds/NAME.vtt or .srt returns the finals so far.
+ * See docs/PROTOCOL.md. Viewer lists and captions: session lock. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include "log.h"
+
+#include <libwebsockets.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int srv_feed_name_ok(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > SRV_FEED_NAME_MAX) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return 0;
+    }
+    return name[0] != '.';
+}
+
+srv_session *srv_feed_find(srv *s, const char *name) {
+    srv_session *found = NULL;
+    pthread_mutex_lock(&s->lock);
+    for (srv_session *ss = s->sessions; ss; ss = ss->next)
+        if (ss->feed[0] && strcmp(ss->feed, name) == 0) {
+            found = ss;
+            ss->refs++;
+            break;
+        }
+    pthread_mutex_unlock(&s->lock);
+    return found;
+}
+
+int srv_feed_claim(srv *s, srv_session *ss, const char *name, const char *key) {
+    pthread_mutex_lock(&s->lock);
+    for (srv_session *o = s->sessions; o; o = o->next)
+        if (o != ss && o->feed[0] && strcmp(o->feed, name) == 0) {
+            pthread_mutex_unlock(&s->lock);
+            return -1;
+        }
+    snprintf(ss->feed, sizeof ss->feed, "%s", name);
+    snprintf(ss->feed_key, sizeof ss->feed_key, "%s", key ? key : "");
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+int srv_feed_is_viewer_event(const char *type) {
+    return !strcmp(type, "partial") || !strcmp(type, "commit") || !strcmp(type, "final") ||
+           !strcmp(type, "speech_start") || !strcmp(type, "speech_end") || !strcmp(type, "done");
+}
+
+void srv_feed_add_final(srv_session *ss, const cJSON *ev) {
+    if (ss->n_captions == ss->cap_captions) {
+        int cap = ss->cap_captions ? ss->cap_captions * 2 : 64;
+        srv_caption *nc = realloc(ss->captions, sizeof *nc * (size_t)cap);
+        if (!nc) return;
+        ss->captions = nc;
+        ss->cap_captions = cap;
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "text");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(ev, "start");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(ev, "end");
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(ev, "utterance");
+    const char *text = cJSON_IsString(t) ? t->valuestring : "";
+    while (*text == ' ') text++;
+    if (!*text) return; /* nothing said */
+    char *copy = strdup(text);
+    if (!copy) return;
+    srv_caption *c = &ss->captions[ss->n_captions++];
+    c->text = copy;
+    c->start = cJSON_IsNumber(a) ? a->valuedouble : 0;
+    c->end = cJSON_IsNumber(b) ? b->valuedouble : c->start;
+    c->utterance = cJSON_IsNumber(u) ? u->valueint : 0;
+}
+
+void srv_feed_free_captions(srv_session *ss) {
+    for (int i = 0; i < ss->n_captions; i++) free(ss->captions[i].text);
+    free(ss->captions);
+    ss->captions = NULL;
+    ss->n_captions = ss->cap_captions = 0;
+}
+
+/* ---- captions as files ----------------------------------------------------------- */
+
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+    int failed;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...) {
+    if (b->failed) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = 1;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n + 1) * 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            b->failed = 1;
+            return;
+        }
+        b->p = np, b->cap = cap;
+    }
+}
+
+static void put_time(buf *b, double t, int vtt) {
+    if (t < 0) t = 0;
+    long ms = (long)(t * 1000 + 0.5);
+    put(b, "%02ld:%02ld:%02ld%c%03ld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60,
+        vtt ? '.' : ',', ms % 1000);
+}
+
+char *srv_feed_captions(srv_session *ss, int vtt, size_t *len) {
+    buf b = {malloc(4096), 0, 4096, 0};
+    if (!b.p) return NULL;
+    b.p[0] = 0;
+    if (vtt) put(&b, "WEBVTT\n\n");
+    pthread_mutex_lock(&ss->lock);
+    for (int i = 0; i < ss->n_captions; i++) {
+        const srv_caption *c = &ss->captions[i];
+        if (!vtt) put(&b, "%d\n", i + 1);
+        put_time(&b, c->start, vtt);
+        put(&b, " --> ");
+        put_time(&b, c->end, vtt);
+        put(&b, "\n%s\n\n", c->text);
+    }
+    pthread_mutex_unlock(&ss->lock);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
+}
+
+/* The finals so far, as the first event a viewer gets. Session lock held. */
+char *srv_feed_history_locked(srv_session *ss) {
+    cJSON *e = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    if (!e || !arr) {
+        cJSON_Delete(e);
+        cJSON_Delete(arr);
+        return NULL;
+    }
+    cJSON_AddStringToObject(e, "type", "feed");
+    cJSON_AddStringToObject(e, "feed", ss->feed);
+    cJSON_AddNumberToObject(e, "seq", (double)(ss->next_seq - 1));
+    cJSON_AddBoolToObject(e, "live", ss->state != SESS_DONE);
+    for (int i = 0; i < ss->n_captions; i++) {
+        cJSON *c = cJSON_CreateObject();
+        if (!c) break;
+        cJSON_AddNumberToObject(c, "utterance", ss->captions[i].utterance);
+        cJSON_AddStringToObject(c, "text", ss->captions[i].text);
+        cJSON_AddNumberToObject(c, "start", ss->captions[i].start);
+        cJSON_AddNumberToObject(c, "end", ss->captions[i].end);
+        cJSON_AddItemToArray(arr, c);
+    }
+    cJSON_AddItemToObject(e, "finals", arr);
+    char *s = cJSON_PrintUnformatted(e);
+    cJSON_Delete(e);
+    return s;
+}
+
+/* ---- viewers ------------------------------------------------------------------------ */
+
+int srv_feed_viewer_add(srv_session *ss, struct lws *wsi) {
+    pthread_mutex_lock(&ss->lock);
+    if (ss->n_viewers == ss->cap_viewers) {
+        int cap = ss->cap_viewers ? ss->cap_viewers * 2 : 16;
+        struct lws **nv = realloc(ss->viewers, sizeof *nv * (size_t)cap);
+        if (!nv) {
+            pthread_mutex_unlock(&ss->lock);
+            return -1;
+        }
+        ss->viewers = nv;
+        ss->cap_viewers = cap;
+    }
+    ss->viewers[ss->n_viewers++] = wsi;
+    pthread_mutex_unlock(&ss->lock);
+    return 0;
+}
+
+void srv_feed_viewer_remove(srv_session *ss, struct lws *wsi) {
+    pthread_mutex_lock(&ss->lock);
+    for (int i = 0; i < ss->n_viewers; i++)
+        if (ss->viewers[i] == wsi) {
+            ss->viewers[i] = ss->viewers[--ss->n_viewers];
+            break;
+        }
+    pthread_mutex_unlock(&ss->lock);
+}
