@@ -80,7 +80,8 @@ if [ "$only_unit" -eq 0 ]; then
     run "multilingual (base)" "$py" "$R/test_multilingual.py" --sotto "$S" --model models/base --manifest "$manifest"
     run "quantized weights (tiny.en)" "$py" "$R/test_quant.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "streaming server (tiny.en)" "$py" "$R/test_server.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
-    run "desktop client sotto-mic" "$py" "$R/test_mic.py" --mic "$root/build/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "streaming server under ASan+UBSan (no accuracy sections)" "$py" "$R/test_server.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --only badinput,resume,overload,backlog,variants,feeds,metrics,sigterm,tls --viewers 50
+    run "desktop client sotto-mic (ASan+UBSan build)" "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
   fi
 fi
 

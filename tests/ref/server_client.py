@@ -66,6 +66,12 @@ def http_get(url, timeout=5.0, ssl_context=None):
         return 0, f"{type(e).__name__}: {e}"
 
 
+# AddressSanitizer / UBSan / LeakSanitizer findings in any server's log (Server.stop
+# collects them; a test run with a sanitized server fails on any).
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+SANITIZER_REPORTS = []
+
+
 class Server:
     """sotto-server as a subprocess on a free port.
 
@@ -178,6 +184,12 @@ class Server:
         if self._log_file:
             self._log_file.close()
             self._log_file = None
+        text = self.log()
+        for needle in SANITIZER_MARKS:
+            if needle in text:
+                i = text.index(needle)
+                SANITIZER_REPORTS.append(f"{self.log_path}: {text[max(0, i - 200):i + 1500]}")
+                break
         return self.proc.returncode
 
     def alive(self):

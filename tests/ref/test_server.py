@@ -1240,6 +1240,8 @@ def main():
             for l in warn[:10]:
                 print("   ", l)
         ck.ok("main server exits 0 on SIGTERM", rcode == 0, str(rcode))
+        ck.ok("no sanitizer report in any server's log", not sc.SANITIZER_REPORTS,
+              "\n".join(sc.SANITIZER_REPORTS)[:3000])
     print(f"\n{ck.n} checks, {len(ck.failed)} failed, {time.monotonic() - t_all:.0f} s")
     for f in ck.failed:
         print(f"  FAILED: {f[:400]}")
