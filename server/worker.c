@@ -19,6 +19,7 @@
 #include <time.h>
 
 #define MAX_BATCH 16
+#define LANG_LOCK_S 4.0 /* audio in a window before its detected language is final */
 #define MAX_PROMPT 448
 
 static void emit_cb(void *user, cJSON *ev) {
@@ -274,10 +275,14 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
             float probs[128];
             int best = 0;
             if (sotto_detect_language(m, ws, st, probs, &best, &err) == 0) {
+                /* a second of speech is too little to tell languages apart: until the
+                   window holds LANG_LOCK_S (or this is its final pass), each pass
+                   detects again and the language is not announced */
+                int lock = c->pass->final || c->pass->n >= (size_t)(LANG_LOCK_S * 16000);
                 pthread_mutex_lock(&ss->lock);
                 sotto_language_code(m, best, ss->language, sizeof ss->language);
-                ss->language_detected = 1;
-                cJSON *e = cJSON_CreateObject();
+                ss->language_detected = lock;
+                cJSON *e = lock ? cJSON_CreateObject() : NULL;
                 if (e) {
                     cJSON_AddStringToObject(e, "type", "language");
                     cJSON_AddStringToObject(e, "language", ss->language);

@@ -1,6 +1,7 @@
 /* dictation.c - streaming state machine of one session (see dictation.h). */
 #include "dictation.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -403,6 +404,38 @@ static uint64_t transcribed_until(const sotto_dictation *d, const int32_t *t, in
     return at < all ? at : all;
 }
 
+/* Lower-case words (letters, digits, apostrophes) of text, in place into
+ * w[] (pointers into buf); returns the count. */
+static int words_of(char *buf, char **w, int max) {
+    int n = 0;
+    for (char *p = buf; *p && n < max;) {
+        while (*p && !(isalnum((unsigned char)*p) || (unsigned char)*p >= 0x80 || *p == '\'')) p++;
+        if (!*p) break;
+        w[n++] = p;
+        while (*p && (isalnum((unsigned char)*p) || (unsigned char)*p >= 0x80 || *p == '\'')) {
+            *p = (char)tolower((unsigned char)*p);
+            p++;
+        }
+        if (*p) *p++ = 0;
+    }
+    return n;
+}
+
+/* 1 if the words of t[0..n) appear, in a row, among the committed text's words. */
+static int repeats_committed(const sotto_dictation *d, const int32_t *t, int n) {
+    char *a = text_of(d, d->committed, d->n_committed), *b = text_of(d, t, n);
+    char *wa[512], *wb[512];
+    int na = a ? words_of(a, wa, 512) : 0, nb = b ? words_of(b, wb, 512) : 0, found = 0;
+    for (int i = 0; nb > 0 && i + nb <= na && !found; i++) {
+        int k = 0;
+        while (k < nb && strcmp(wa[i + k], wb[k]) == 0) k++;
+        found = k == nb;
+    }
+    free(a);
+    free(b);
+    return found;
+}
+
 /* Adds n tokens to the committed text and tells the client. */
 static void commit(sotto_dictation *d, const int32_t *t, int n) {
     if (n <= 0) return;
@@ -440,8 +473,15 @@ int sotto_dictation_complete_pass(sotto_dictation *d, uint64_t pass_id, const in
     for (int i = 0; i < keep && m < SOTTO_AGREEMENT_MAX_TOKENS; i++)
         if (tokens[i] < d->eot) clean[m++] = tokens[i];
     if (d->pass.final) {
-        commit(d, clean, m);
         window *w = &d->closed[0];
+        /* a continuation that only repeats words already committed is the decoder
+           echoing its context, not new speech: drop it */
+        if (d->pass.start > w->start && m > 0 && repeats_committed(d, clean, m)) {
+            m = 0;
+            cont = 0;
+            d->st.repeats_dropped++;
+        }
+        commit(d, clean, m);
         if (cont) { /* the rest gets a final pass, with the text so far as context */
             w->from = stop;
             w->continuations++;

@@ -126,6 +126,7 @@ typedef struct sotto_dictation_stats {
     uint64_t samples_final;   /* covered by final passes */
     uint64_t passes, utterances;
     uint64_t continuations;   /* extra final passes for audio a final pass left out */
+    uint64_t repeats_dropped; /* continuations dropped for only repeating committed words */
 } sotto_dictation_stats;
 
 void sotto_dictation_get_stats(const sotto_dictation *d, sotto_dictation_stats *st);

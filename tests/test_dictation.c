@@ -216,8 +216,11 @@ int main(void) {
         ps = sotto_dictation_take_pass(d);
         CHECK(ps && ps->final);
         int loops = 0;
-        while (ps && loops < 20) {
-            int32_t stop_early[] = {TS_BEGIN, HELLO, TS_BEGIN + 25, TS_BEGIN + 25, WORLD};
+        const char *nums[] = {" one", " two", " three", " four", " five", " six", " seven",
+                              " eight", " nine", " ten"};
+        while (ps && loops < 10) {
+            /* new words each time (a repeat would be dropped as an echo) */
+            int32_t stop_early[] = {TS_BEGIN, tok1(tok, nums[loops]), TS_BEGIN + 25, TS_BEGIN + 25, WORLD};
             CHECK(sotto_dictation_complete_pass(d, ps->id, stop_early, 5) == SOTTO_OK);
             ps = sotto_dictation_take_pass(d);
             loops++;
@@ -226,6 +229,34 @@ int main(void) {
         CHECK_EQ_INT(count(&ev, "final"), 2);
         sotto_dictation_flush(d, 1);
         CHECK(sotto_dictation_done(d));
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
+    /* ---- a continuation that only repeats committed words is dropped ----- */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        p.step_ms = 10000;
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        sotto_dictation_set_timestamps(d, TS_BEGIN);
+        push(d, 1.0f, 0, &seed);
+        push(d, 6.0f, 1, &seed);
+        push(d, 1.6f, 0, &seed);
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        int32_t h1[] = {TS_BEGIN, HELLO, WORLD, AGAIN, TS_BEGIN + 100, TS_BEGIN + 100};
+        CHECK(ps && sotto_dictation_complete_pass(d, ps->id, h1, 6) == SOTTO_OK);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && ps->n_prefix == 0); /* the continuation */
+        /* it echoes " world again." (words already committed, other punctuation) */
+        int32_t echo[] = {TS_BEGIN, WORLD, AGAIN, 13 /* "." */, TS_BEGIN + 80};
+        CHECK(ps && sotto_dictation_complete_pass(d, ps->id, echo, 5) == SOTTO_OK);
+        CHECK(sotto_dictation_take_pass(d) == NULL); /* no further continuation */
+        CHECK_EQ_INT(count(&ev, "final"), 1);
+        CHECK(!strcmp(str(last(&ev, "final"), "text"), " hello world again"));
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(d, &st);
+        CHECK_EQ_INT(st.repeats_dropped, 1);
         sotto_dictation_free(d);
         events_clear(&ev);
     }

@@ -34,6 +34,11 @@ would (tests/ref/server_client.py). Sections (--only / --skip take their names):
              every commit and final in order, done, then a close; the speaker's session is
              clean; server memory bounded; .vtt/.srt captions; wrong key, unknown feed,
              viewer sending audio, a taken feed name.
+  multilingual  a second model (--model-multi, Whisper base) next to tiny.en: every
+             non-English clip with language auto gets a `language` event with the
+             manifest's language and a final within 15 pp CER of the offline CLI
+             (--language auto); task translate gives English; a session with an
+             initial prompt is clean.
   metrics    /metrics has the documented series with sane values; /healthz 200.
   sigterm    SIGTERM during a session: it finishes (final + done), new sessions
              are refused, the process exits 0 within the drain bound.
@@ -59,7 +64,7 @@ import refcommon as rc  # noqa: E402
 import server_client as sc  # noqa: E402
 
 SECTIONS = ["accuracy", "realtime", "weights", "badinput", "resume", "overload", "backlog",
-            "variants", "feeds", "metrics", "sigterm", "tls"]
+            "variants", "feeds", "multilingual", "metrics", "sigterm", "tls"]
 
 REALTIME_CLIPS = ["librispeech_train-clean-100_1867-154075-0031",
                   "librispeech_train-clean-100_19-198-0026",
@@ -1032,6 +1037,61 @@ def section_feeds(ctx, ck):
           f"sotto_feed_viewers {m.get('sotto_feed_viewers')}, total {m.get('sotto_feed_viewers_total')}")
 
 
+# --- multilingual -----------------------------------------------------------------
+
+
+def section_multilingual(ctx, ck):
+    import test_multilingual as tm
+    multi = ctx.args.model_multi
+    if not ck.ok("multilingual: the multilingual model is present", os.path.isdir(multi), multi):
+        return
+    rows = [r for r in rc.load_manifest(ctx.args.manifest) if r["language"] != "en"]
+    name = os.path.basename(os.path.normpath(multi))
+    off = rc.run_sotto(ctx.args.sotto, multi, [r["file"] for r in rows],
+                       ["--language", "auto", "--beam", "1", "--temperature", "0"],
+                       threads=ctx.args.threads)
+    srv = sc.Server(ctx.args.server, ctx.args.model, ["--model", multi],
+                    threads=ctx.args.threads).start()
+    try:
+        probs = []
+        for r in rows:
+            a = sc.load_clip(r["file"], "s16_16k", ctx.tmp)
+            res = sc.stream(srv.ws_url, a, start={"model": name, "language": "auto"})
+            lang = [e for e in res.of_type("language")]
+            got = lang[0].get("language") if lang else None
+            c_srv = tm.cer(r["text"], res.transcript, r["language"])
+            c_off = tm.cer(r["text"], off[r["file"]]["text"], r["language"])
+            print(f"    {r['id']} [{r['language']}]: detected {got}, CER {c_srv:.1f}% (offline "
+                  f"{c_off:.1f}%): {res.transcript.strip()[:80]!r}")
+            p = sc.check_session(res, a.total_units)
+            if p:
+                probs.append(f"{r['id']}: {p[:2]}")
+            if got != r["language"]:
+                probs.append(f"{r['id']}: language {got}, want {r['language']}")
+            if (res.ready or {}).get("model") != name:
+                probs.append(f"{r['id']}: ready.model {(res.ready or {}).get('model')}")
+            if c_srv > c_off + 15.0:
+                probs.append(f"{r['id']}: CER {c_srv:.1f}% vs offline {c_off:.1f}%")
+        ck.problems(f"multilingual: {len(rows)} clips with language auto on {name}: clean, "
+                    f"language detected, CER within 15 pp of the offline CLI", probs)
+        es = next((r for r in rows if r["language"] == "es"), rows[0])
+        a = sc.load_clip(es["file"], "s16_16k", ctx.tmp)
+        res = sc.stream(srv.ws_url, a, start={"model": name, "language": "auto", "task": "translate"})
+        text = res.transcript.strip()
+        ascii_share = sum(ch.isascii() for ch in text) / max(1, len(text))
+        ck.ok(f"multilingual: task translate on {es['id']} gives English text",
+              not sc.check_session(res, a.total_units) and len(text.split()) >= 3 and ascii_share > 0.95
+              and (res.ready or {}).get("task") == "translate", repr(text))
+        jfk = ctx.by_id[SHORT_CLIP]
+        a = sc.load_clip(jfk["file"], "s16_16k", ctx.tmp)
+        res = sc.stream(srv.ws_url, a, start={"prompt": "President Kennedy's inaugural address, 1961."})
+        e, n = clip_errors(jfk["text"], res.transcript)
+        ck.ok("multilingual: a session with an initial prompt on tiny.en is clean and correct",
+              not sc.check_session(res, a.total_units) and e <= 3, f"{e}/{n}: {res.transcript.strip()!r}")
+    finally:
+        srv.stop()
+
+
 # --- SIGTERM ---------------------------------------------------------------------
 
 
@@ -1165,6 +1225,8 @@ def main():
     ap.add_argument("--opus-clips", type=int, default=0, help="clips streamed as Opus (0: all)")
     ap.add_argument("--weights-clips", type=int, default=8)
     ap.add_argument("--viewers", type=int, default=200, help="feed viewers in section feeds")
+    ap.add_argument("--model-multi", default=os.path.join(rc.REPO, "models", "base"),
+                    help="a multilingual model for section multilingual")
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--max-buffer-s", type=float, default=600,
                     help="server --max-buffer-s for the main server: clips are streamed "
