@@ -34,9 +34,19 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" || die "python3 -m venv failed (install python3-venv)"
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-  "faster-whisper==1.2.1" "ctranslate2==4.8.5" "whisper-normalizer==0.1.15" "numpy>=1.24" "websockets==15.0.1" \
+  "faster-whisper==1.2.1" "ctranslate2==4.8.5" "whisper-normalizer==0.1.15" "numpy>=1.24" "websockets==15.0.1" "playwright==1.65.2" \
   || die "pip install of the test requirements failed"
 py="$venv/bin/python"
+
+# The browser test drives Debian's Chromium through playwright (no browser download).
+if ! command -v chromium >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "test: installing chromium for the browser test"
+  $sudo apt-get update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+    || die "apt-get install chromium failed"
+fi
 
 failures=()
 run() { # name command...
@@ -81,6 +91,7 @@ if [ "$only_unit" -eq 0 ]; then
     run "quantized weights (tiny.en)" "$py" "$R/test_quant.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "streaming server (tiny.en)" "$py" "$R/test_server.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "streaming server under ASan+UBSan (no accuracy sections)" "$py" "$R/test_server.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --only badinput,resume,overload,backlog,variants,feeds,metrics,sigterm,tls --viewers 50
+    run "browser dictation page (headless Chromium, fake microphone)" "$py" "$R/test_web.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
     run "desktop client sotto-mic (ASan+UBSan build)" "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
   fi
 fi
