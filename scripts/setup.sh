@@ -94,6 +94,7 @@ build build Release
 [ "$mode" = build ] && exit 0
 if [ "$mode" = server ]; then
   echo "setup: starting sotto-server on the default model (Ctrl-C stops it)"
+  echo "setup: dictate in a browser at http://localhost:8765/ (or build/sotto-mic in a terminal);"
   echo "setup: dictation WebSocket ws://localhost:8765/v1/stream (docs/PROTOCOL.md),"
   echo "setup: health http://localhost:8765/healthz, metrics http://localhost:8765/metrics"
   exec "$root/build/sotto-server" --model "$root/models/tiny.en" "${server_args[@]}"
