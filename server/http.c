@@ -61,6 +61,33 @@ int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
         free(text);
         return rc;
     }
+    /* what this server offers, for clients' settings menus */
+    if (strcmp(uri, "/v1/info") == 0) {
+        cJSON *o = cJSON_CreateObject(), *models = cJSON_CreateArray(), *weights = cJSON_CreateArray();
+        if (o && models && weights) {
+            cJSON_AddStringToObject(o, "protocol", "sotto.v1");
+            for (int i = 0; i < s->n_models; i++) { /* names, once each, default first */
+                int seen = 0;
+                for (int k = 0; k < i; k++) seen |= !strcmp(s->models[k].name, s->models[i].name);
+                if (!seen) cJSON_AddItemToArray(models, cJSON_CreateString(s->models[i].name));
+            }
+            cJSON_AddItemToArray(weights, cJSON_CreateString(sotto_wfmt_name(s->opt.default_weights)));
+            for (int w = 0; w < SOTTO_WFMT_COUNT; w++)
+                if (s->opt.allowed[w] && w != (int)s->opt.default_weights)
+                    cJSON_AddItemToArray(weights, cJSON_CreateString(sotto_wfmt_name((sotto_wfmt)w)));
+            cJSON_AddItemToObject(o, "models", models);
+            cJSON_AddItemToObject(o, "weights", weights);
+            models = weights = NULL;
+        }
+        cJSON_Delete(models);
+        cJSON_Delete(weights);
+        char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+        cJSON_Delete(o);
+        if (!text) return respond(wsi, 500, "text/plain", "out of memory\n", 14);
+        int rc = respond(wsi, 200, "application/json", text, strlen(text));
+        free(text);
+        return rc;
+    }
     /* captions of a feed: /v1/feeds/NAME.vtt or .srt [?key=KEY] */
     size_t ul = strlen(uri);
     if (strncmp(uri, "/v1/feeds/", 10) == 0 && ul > 14 &&

@@ -10,7 +10,7 @@ const S = {
   active: false, done: false, stopping: false, stopSent: false,
   ws: null, streaming: false, session: null, token: null, lastSeq: 0, reconnects: 0,
   packets: [], next: 0, acked: 0, codec: 'pcm', encoder: null, tsUs: 0,
-  ctx: null, node: null, media: null, speechEndAt: {}, finalLatency: null,
+  ctx: null, node: null, media: null, speechEndAt: {}, finalLatency: null, resumes: 0,
 };
 const T = new Transcript();
 
@@ -138,6 +138,7 @@ function onEvent(e) {
       pump();
       break;
     case 'resumed':
+      S.resumes++;
       S.next = Math.floor(e.offset / unitsPerPacket()); S.streaming = true; S.reconnects = 0;
       setStatus('dictating (reconnected)', 'live');
       if (e.events_lost) showError('Some live updates were lost while disconnected; the final text is complete.');
@@ -243,4 +244,16 @@ $('clear').addEventListener('click', () => { T.clear(); render(); });
 $('captions').addEventListener('click', () => captions(true));
 $('captionsOff').addEventListener('click', () => captions(false));
 document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !$('captionView').hidden) captions(false); });
+// The weight variants this server offers (GET /v1/info), default first.
+fetch('v1/info').then((r) => r.json()).then((info) => {
+  const sel = $('weights');
+  sel.textContent = '';
+  (info.weights || []).forEach((w, i) => {
+    const o = document.createElement('option');
+    o.value = w;
+    o.textContent = i === 0 ? `${w} (server default)` : w;
+    sel.appendChild(o);
+  });
+}).catch(() => showError('Could not ask the server which weights it offers; using its default.'));
+
 window.sotto = { state: S, transcript: T }; // for tests and the console
