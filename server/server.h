@@ -224,6 +224,9 @@ void srv_session_emit(srv *s, srv_session *ss, cJSON *ev);
 /* Same, session lock already held. */
 void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev);
 void srv_session_error(srv *s, srv_session *ss, const char *code, const char *msg, int fatal);
+/* Audio into the session's dictation (session lock held, ss->dict set);
+ * what the backlog bound drops is added to /metrics. */
+void srv_session_push_locked(srv *s, srv_session *ss, const float *x, size_t n);
 /* Drops detached sessions past the grace period. */
 void srv_sessions_reap(srv *s);
 

@@ -125,6 +125,14 @@ void srv_sessions_reap(srv *s) {
     }
 }
 
+void srv_session_push_locked(srv *s, srv_session *ss, const float *x, size_t n) {
+    sotto_dictation_push(ss->dict, x, n);
+    sotto_dictation_stats st; /* audio the backlog bound dropped, for /metrics */
+    sotto_dictation_get_stats(ss->dict, &st);
+    atomic_fetch_add(&s->m.audio_dropped_samples, st.samples_dropped - ss->dropped_samples_seen);
+    ss->dropped_samples_seen = st.samples_dropped;
+}
+
 /* ---- events ------------------------------------------------------------------ */
 
 void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {

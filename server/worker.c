@@ -115,13 +115,7 @@ static void init_session(srv *s, srv_session *ss) {
         cJSON_AddNumberToObject(v, "min_speech_ms", ss->dp.vad.min_speech_ms);
         srv_session_emit_locked(s, ss, e);
     }
-    if (ss->n_pending) {
-        sotto_dictation_push(ss->dict, ss->pending, ss->n_pending);
-        sotto_dictation_stats st;
-        sotto_dictation_get_stats(ss->dict, &st);
-        atomic_fetch_add(&s->m.audio_dropped_samples, st.samples_dropped - ss->dropped_samples_seen);
-        ss->dropped_samples_seen = st.samples_dropped;
-    }
+    if (ss->n_pending) srv_session_push_locked(s, ss, ss->pending, ss->n_pending);
     free(ss->pending);
     ss->pending = NULL;
     ss->n_pending = ss->cap_pending = 0;
@@ -206,6 +200,22 @@ static int window_features(const sotto_model *m, const sotto_pass *p, float *win
     }
     free(mel);
     return SOTTO_OK;
+}
+
+/* A stopping session whose last pass is done: `done`, then close. Session lock held. */
+static void finish_if_done_locked(srv *s, srv_session *ss) {
+    if (ss->state != SESS_STOPPING || !ss->dict || !sotto_dictation_done(ss->dict)) return;
+    sotto_dictation_stats st;
+    sotto_dictation_get_stats(ss->dict, &st);
+    cJSON *e = cJSON_CreateObject();
+    if (e) {
+        cJSON_AddStringToObject(e, "type", "done");
+        cJSON_AddNumberToObject(e, "audio_seconds", st.samples_in / 16000.0);
+        cJSON_AddNumberToObject(e, "dropped_seconds", st.samples_dropped / 16000.0);
+        srv_session_emit_locked(s, ss, e);
+    }
+    ss->state = SESS_DONE;
+    ss->closing = 1;
 }
 
 static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **batch, int n) {
@@ -341,17 +351,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         sotto_dictation_get_stats(ss->dict, &st);
         atomic_fetch_add(&s->m.audio_final_samples, st.samples_final - ss->final_samples_seen);
         ss->final_samples_seen = st.samples_final;
-        if (ss->state == SESS_STOPPING && sotto_dictation_done(ss->dict)) {
-            cJSON *e = cJSON_CreateObject();
-            if (e) {
-                cJSON_AddStringToObject(e, "type", "done");
-                cJSON_AddNumberToObject(e, "audio_seconds", st.samples_in / 16000.0);
-                cJSON_AddNumberToObject(e, "dropped_seconds", st.samples_dropped / 16000.0);
-                srv_session_emit_locked(s, ss, e);
-            }
-            ss->state = SESS_DONE;
-            ss->closing = 1;
-        }
+        finish_if_done_locked(s, ss);
         pthread_mutex_unlock(&ss->lock);
         sotto_generate_result_free(r);
     }
@@ -361,19 +361,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
 /* A stopping session whose dictation is already done (nothing to decode). */
 static void finish_if_done(srv *s, srv_session *ss) {
     pthread_mutex_lock(&ss->lock);
-    if (ss->state == SESS_STOPPING && ss->dict && sotto_dictation_done(ss->dict)) {
-        cJSON *e = cJSON_CreateObject();
-        if (e) {
-            sotto_dictation_stats st;
-            sotto_dictation_get_stats(ss->dict, &st);
-            cJSON_AddStringToObject(e, "type", "done");
-            cJSON_AddNumberToObject(e, "audio_seconds", st.samples_in / 16000.0);
-            cJSON_AddNumberToObject(e, "dropped_seconds", st.samples_dropped / 16000.0);
-            srv_session_emit_locked(s, ss, e);
-        }
-        ss->state = SESS_DONE;
-        ss->closing = 1;
-    }
+    finish_if_done_locked(s, ss);
     pthread_mutex_unlock(&ss->lock);
 }
 

@@ -329,11 +329,7 @@ static void on_audio(srv *s, conn *c) {
     atomic_fetch_add(&s->m.audio_in_samples, n);
     pthread_mutex_lock(&ss->lock);
     if (ss->dict) {
-        sotto_dictation_push(ss->dict, out, n);
-        sotto_dictation_stats st; /* audio the backlog bound dropped, for /metrics */
-        sotto_dictation_get_stats(ss->dict, &st);
-        atomic_fetch_add(&s->m.audio_dropped_samples, st.samples_dropped - ss->dropped_samples_seen);
-        ss->dropped_samples_seen = st.samples_dropped;
+        srv_session_push_locked(s, ss, out, n);
     } else { /* model still loading: keep it, bounded */
         size_t limit = (size_t)(s->opt.max_buffer_s * 16000);
         if (ss->n_pending + n > ss->cap_pending && ss->n_pending + n <= limit) {
@@ -353,6 +349,16 @@ static void on_audio(srv *s, conn *c) {
 }
 
 /* ---- writing ---------------------------------------------------------------------- */
+
+/* Makes room for a message of len bytes (after LWS_PRE) in c->tx. */
+static int ensure_tx(conn *c, size_t len) {
+    if (c->tx_cap >= LWS_PRE + len) return 0;
+    unsigned char *nb = realloc(c->tx, LWS_PRE + len + 256);
+    if (!nb) return -1;
+    c->tx = nb;
+    c->tx_cap = LWS_PRE + len + 256;
+    return 0;
+}
 
 /* Writes queued events while the socket takes them (up to 64 per callback), then
  * asks for another callback if more are queued; closes once a closing session
@@ -378,14 +384,9 @@ static int write_next(srv *s, struct lws *wsi, conn *c) {
             return 0;
         }
         srv_event *ev = &ss->ring[seq % SRV_EVENT_RING];
-        if (c->tx_cap < LWS_PRE + ev->len) {
-            unsigned char *nb = realloc(c->tx, LWS_PRE + ev->len + 256);
-            if (!nb) {
-                pthread_mutex_unlock(&ss->lock);
-                return -1;
-            }
-            c->tx = nb;
-            c->tx_cap = LWS_PRE + ev->len + 256;
+        if (ensure_tx(c, ev->len)) {
+            pthread_mutex_unlock(&ss->lock);
+            return -1;
         }
         size_t len = ev->len;
         memcpy(c->tx + LWS_PRE, ev->json, len);
@@ -515,13 +516,16 @@ static void viewer_receive(conn *c, struct lws *wsi) {
  * out of the ring; closes after the session's `done`. */
 static int viewer_write(srv *s, struct lws *wsi, conn *c) {
     for (int n = 0; n < 64; n++) {
-        char *msg = NULL;
         size_t len = 0;
         int close_now = 0, is_done = 0;
         if (c->n_outbox) {
-            msg = c->outbox[0];
+            char *msg = c->outbox[0];
             memmove(c->outbox, c->outbox + 1, sizeof(char *) * (size_t)--c->n_outbox);
             len = strlen(msg);
+            int bad = ensure_tx(c, len);
+            if (!bad) memcpy(c->tx + LWS_PRE, msg, len);
+            free(msg);
+            if (bad) return -1;
         } else if (c->close_after_outbox || !c->ss) {
             lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"bye", 3);
             return -1;
@@ -551,25 +555,16 @@ static int viewer_write(srv *s, struct lws *wsi, conn *c) {
                 return 0;
             }
             srv_event *ev = &ss->ring[seq % SRV_EVENT_RING];
-            msg = malloc(ev->len + 1);
-            if (msg) memcpy(msg, ev->json, ev->len + 1);
+            if (ensure_tx(c, ev->len)) {
+                pthread_mutex_unlock(&ss->lock);
+                return -1;
+            }
+            memcpy(c->tx + LWS_PRE, ev->json, ev->len); /* straight from the ring */
             len = ev->len;
             is_done = ev->done;
             c->cursor = seq;
             pthread_mutex_unlock(&ss->lock);
-            if (!msg) return -1;
         }
-        if (c->tx_cap < LWS_PRE + len) {
-            unsigned char *nb = realloc(c->tx, LWS_PRE + len + 256);
-            if (!nb) {
-                free(msg);
-                return -1;
-            }
-            c->tx = nb;
-            c->tx_cap = LWS_PRE + len + 256;
-        }
-        memcpy(c->tx + LWS_PRE, msg, len);
-        free(msg);
         if (lws_write(wsi, c->tx + LWS_PRE, len, LWS_WRITE_TEXT) < (int)len) return -1;
         atomic_fetch_add(&s->m.events_sent, 1);
         if (is_done) c->close_after_outbox = 1;
