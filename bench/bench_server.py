@@ -33,7 +33,6 @@ first level that is not sustained.
 import argparse
 import asyncio
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -44,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "tests", "ref"))
 
 import refcommon as rc  # noqa: E402
+from bench_cpu import cpu_model, percentile  # noqa: E402
 import server_client as sc  # noqa: E402
 
 DEFAULT_CLIPS = [
@@ -63,12 +63,7 @@ def words(text):
 
 
 def pct(xs, p):
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    k = (len(xs) - 1) * p / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+    return percentile(xs, p / 100.0)
 
 
 def fmt(xs):
@@ -132,17 +127,6 @@ def utterance_latencies(res, vad, speed=1.0):
     return w_part, w_commit, fin, fin_ep
 
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def loadavg():
     try:
         return " ".join(open("/proc/loadavg").read().split()[:3])
@@ -198,7 +182,7 @@ def main():
         commit = "?"
     srv = sc.Server(args.server, args.model, extra, threads=args.threads)
     print("sotto-server benchmark (real-time pace)")
-    print(f"  CPU: {cpu_name()}, {os.cpu_count()} logical CPUs; load average {loadavg()}")
+    print(f"  CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; load average {loadavg()}")
     print(f"  server: {args.server} (commit {commit}, working tree may differ)")
     print(f"  model {args.model}, weights {args.weights}, threads {args.threads or 'all'}, "
           f"session options {start}")

@@ -27,23 +27,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import refcommon as rc  # noqa: E402
 import server_client as sc  # noqa: E402
+from test_server import Checks  # noqa: E402
 
 CLIPS = ["jfk", "librispeech_train-clean-100_163-122947-0032",
          "librispeech_train-clean-100_1867-154075-0031", "librispeech_test-clean_1089-134691-0001"]
 LONG_CLIP = "librispeech_train-clean-100_1898-145715-0024"  # 14.8 s
-
-
-class Checks:
-    def __init__(self):
-        self.failed, self.n = [], 0
-
-    def ok(self, name, cond, detail=""):
-        self.n += 1
-        print(f"  [{'ok  ' if cond else 'FAIL'}] {name}" + (f": {detail}" if detail else ""),
-              flush=True)
-        if not cond:
-            self.failed.append(name)
-        return cond
 
 
 def run_mic(args, mic_args, timeout=180):

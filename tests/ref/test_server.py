@@ -509,7 +509,9 @@ async def tcp_reset(url, audio, out):
     import contextlib
     with contextlib.suppress(Exception):
         await asyncio.wait_for(rx, 5)
-    out["abrupt TCP reset mid-stream (no close frame)"] = (True, f"{len(res.events)} events before")
+    # no check of its own: what matters is that the server and the other sessions go on
+    # (the healthy session's checks, /healthz and the new session afterwards)
+    print(f"    (abrupt TCP reset mid-stream after {len(res.events)} events)")
 
 
 async def stalled_reader(url, audio, out):
@@ -526,8 +528,8 @@ async def stalled_reader(url, audio, out):
     sc.abort_connection(ws)
     with contextlib.suppress(Exception):
         await ws.close()
-    out["a client that never reads its events (stop sent, held open 6 s, then reset)"] = (
-        True, "the healthy session's checks below tell whether others were blocked")
+    # no check of its own: the healthy session's checks tell whether others were blocked
+    print("    (a client that never read its events: stop sent, held open 6 s, then reset)")
 
 
 def section_badinput(ctx, ck):
