@@ -1,0 +1,84 @@
+"""Streamed WER of sotto-server on the dev clips for one set of session options.
+
+Streams every English dev clip as fast as the server takes them (2 sessions
+at a time) with the given `start` options and audio variant, and prints the
+corpus WER of the finals, with and without the 324 s chapter. With
+--offline-opus it instead prints the offline CLI's WER on the Opus-decoded
+audio (the same packets the streaming test sends). docs/PERF.md's table
+"Accuracy: streamed finals vs the offline CLI" was made with this command.
+
+  python3 bench/bench_stream_wer.py --start '{"vad": {"silence_ms": 800}}' --variant opus
+"""
+import argparse
+import ctypes
+import json
+import os
+import sys
+import tempfile
+import time
+import wave
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "ref"))
+
+import refcommon as rc  # noqa: E402
+import server_client as sc  # noqa: E402
+
+
+def offline_opus(args, rows, tmp):
+    lib = sc._opus()
+    files = []
+    for r in rows:
+        a = sc.load_clip(r["file"], "opus", tmp)
+        err = ctypes.c_int(0)
+        dec = lib.opus_decoder_create(48000, 1, ctypes.byref(err))
+        pcm = (ctypes.c_int16 * 5760)()
+        out = bytearray()
+        for p in a.messages:
+            n = lib.opus_decode(dec, p, len(p), pcm, 5760, 0)
+            out += bytes(pcm)[:max(n, 0) * 2]
+        lib.opus_decoder_destroy(dec)
+        dst = os.path.join(tmp, f"{r['id']}.opus.wav")
+        with wave.open(dst, "wb") as w:
+            w.setnchannels(1), w.setsampwidth(2), w.setframerate(48000), w.writeframes(bytes(out))
+        files.append(dst)
+    res = rc.run_sotto(args.sotto, args.model, files, ["--beam", "1", "--temperature", "0"])
+    return {r["id"]: res[f]["text"] for r, f in zip(rows, files)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", default=os.path.join(rc.REPO, "build", "sotto-server"))
+    ap.add_argument("--sotto", default=os.path.join(rc.REPO, "build", "sotto"))
+    ap.add_argument("--model", default=os.path.join(rc.REPO, "models", "tiny.en"))
+    ap.add_argument("--manifest", default=rc.DEFAULT_MANIFEST)
+    ap.add_argument("--start", default="{}", help="JSON fields added to every start message")
+    ap.add_argument("--variant", default="s16_16k", help="s16_16k | s16_48k | opus | f32_16k")
+    ap.add_argument("--offline-opus", action="store_true")
+    args = ap.parse_args()
+    rows = rc.load_manifest(args.manifest, {"en"})
+    tmp = tempfile.mkdtemp(prefix="sotto-wer-")
+    t0 = time.monotonic()
+    if args.offline_opus:
+        hyps = offline_opus(args, rows, tmp)
+        label = "offline CLI on the Opus-decoded audio"
+    else:
+        start = json.loads(args.start)
+        srv = sc.Server(args.server, args.model, ["--max-buffer-s", "600"]).start()
+        try:
+            audios = {r["id"]: sc.load_clip(r["file"], args.variant, tmp) for r in rows}
+            res = sc.run(sc.stream_many(srv.ws_url, audios, concurrency=2, wait_ready=False,
+                                        start=start))
+        finally:
+            srv.stop()
+        hyps = {k: v.transcript for k, v in res.items()}
+        label = f"streamed {args.variant}, start {start}"
+    short = [r for r in rows if not r["id"].startswith("long_")]
+    w = rc.corpus_wer([r["text"] for r in rows], [hyps[r["id"]] for r in rows])
+    w_short = rc.corpus_wer([r["text"] for r in short], [hyps[r["id"]] for r in short])
+    print(f"{label}: corpus WER {w:.2f}% over {len(rows)} clips ({w_short:.2f}% without the "
+          f"long chapter), {time.monotonic() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
