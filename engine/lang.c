@@ -54,6 +54,12 @@ int sotto_language_code(const sotto_model *m, int i, char *buf, size_t bufsz) {
     return SOTTO_OK;
 }
 
+const char *sotto_language_name(const char *code) {
+    for (size_t i = 0; code && i < sizeof k_names / sizeof k_names[0]; i++)
+        if (strcasecmp(code, k_names[i][0]) == 0) return k_names[i][1];
+    return code ? code : "";
+}
+
 int sotto_language_index(const sotto_model *m, const char *lang) {
     if (!lang || !*lang) return -1;
     const char *code = lang;

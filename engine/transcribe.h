@@ -79,6 +79,9 @@ int sotto_non_speech_tokens(const sotto_model *model, int32_t **out, int *n, sot
 
 /* Language code of language index i ("en"), written to buf; 0 or error. */
 int sotto_language_code(const sotto_model *model, int i, char *buf, size_t bufsz);
+/* English name of a language code ("en" -> "english"); the code itself when
+ * unknown. Never NULL (a static string, or code). */
+const char *sotto_language_name(const char *code);
 /* Index of a language given by code or English name ("de", "german"); -1 if unknown. */
 int sotto_language_index(const sotto_model *model, const char *lang);
 

@@ -10,9 +10,9 @@
 #include "server.h"
 
 #include "log.h"
+#include "subtitle.h"
 
 #include <libwebsockets.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,66 +93,18 @@ void srv_feed_free_captions(srv_session *ss) {
 
 /* ---- captions as files ----------------------------------------------------------- */
 
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-    int failed;
-} buf;
-
-static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(buf *b, const char *fmt, ...) {
-    if (b->failed) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = 1;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->failed = 1;
-            return;
-        }
-        b->p = np, b->cap = cap;
-    }
-}
-
-static void put_time(buf *b, double t, int vtt) {
-    if (t < 0) t = 0;
-    long ms = (long)(t * 1000 + 0.5);
-    put(b, "%02ld:%02ld:%02ld%c%03ld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60,
-        vtt ? '.' : ',', ms % 1000);
-}
-
 char *srv_feed_captions(srv_session *ss, int vtt, size_t *len) {
-    buf b = {malloc(4096), 0, 4096, 0};
-    if (!b.p) return NULL;
-    b.p[0] = 0;
-    if (vtt) put(&b, "WEBVTT\n\n");
     pthread_mutex_lock(&ss->lock);
-    for (int i = 0; i < ss->n_captions; i++) {
-        const srv_caption *c = &ss->captions[i];
-        if (!vtt) put(&b, "%d\n", i + 1);
-        put_time(&b, c->start, vtt);
-        put(&b, " --> ");
-        put_time(&b, c->end, vtt);
-        put(&b, "\n%s\n\n", c->text);
+    sotto_cue *cues = malloc(sizeof(sotto_cue) * (size_t)(ss->n_captions ? ss->n_captions : 1));
+    char *text = NULL;
+    if (cues) {
+        for (int i = 0; i < ss->n_captions; i++)
+            cues[i] = (sotto_cue){ss->captions[i].start, ss->captions[i].end, ss->captions[i].text};
+        text = sotto_subtitles(cues, ss->n_captions, vtt, len);
     }
     pthread_mutex_unlock(&ss->lock);
-    if (b.failed) {
-        free(b.p);
-        return NULL;
-    }
-    *len = b.len;
-    return b.p;
+    free(cues);
+    return text;
 }
 
 /* The finals so far, as the first event a viewer gets. Session lock held. */

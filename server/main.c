@@ -1,6 +1,7 @@
 /* main.c - sotto-server: the streaming dictation server. */
 #define _POSIX_C_SOURCE 200809L
 #include "blas_env.h"
+#include "compat.h"
 #include "log.h"
 #include "server.h"
 #include "threads.h"
@@ -72,11 +73,18 @@ int main(int argc, char **argv) {
         srv_gateway_destroy(&s);
         return 1;
     }
+    if (srv_batch_start(&s)) {
+        SOTTO_ERROR("cannot start the upload transcriber");
+        srv_worker_stop(&s);
+        srv_gateway_destroy(&s);
+        return 1;
+    }
     SOTTO_INFO("model %s, default weights %s, %d CPU threads", s.opt.model_dirs[0],
                sotto_wfmt_name(s.opt.default_weights), sotto_threads_get());
     srv_gateway_loop(&s);
     int failed = !atomic_load(&s.ready);
     if (atomic_load(&s.draining)) SOTTO_INFO("drained; shutting down");
+    srv_batch_stop(&s);
     srv_worker_stop(&s);
     srv_gateway_destroy(&s);
     /* sessions still in the table */

@@ -33,6 +33,12 @@ static void usage(FILE *f) {
             "  --max-batch N          sessions decoded together (default 8)\n"
             "  --web DIR              static files served at / (default: the repository's web/)\n"
             "  --tls-cert FILE --tls-key FILE   serve https/wss\n"
+            "  --api-key KEY          a key the compatibility endpoints (OpenAI, Deepgram) accept;\n"
+            "                         repeat for several; with none they need no key\n"
+            "  --api-keys-file FILE   keys, one per line\n"
+            "  --max-upload-mb N      largest file for /v1/audio/transcriptions (default 25)\n"
+            "  --batch-queue N        uploads queued or running at once (default 8)\n"
+            "  --batch-threads N      CPU threads of the upload transcriber (default 1)\n"
             "  --log-level L          debug | info | warn | error (default info)\n"
             "  --config FILE          JSON with the same settings (keys without the dashes,\n"
             "                         \"model\" may be a list); the command line overrides it\n");
@@ -50,12 +56,46 @@ void srv_options_default(srv_options *o) {
     o->drain_s = 30;
     o->max_frame_bytes = 1 << 20;
     o->max_batch = 8;
+    o->max_upload_mb = 25;
+    o->batch_queue = 8;
+    o->batch_threads = 1;
     o->log_level = SOTTO_LOG_INFO;
 }
 
 void srv_options_free(srv_options *o) {
     for (int i = 0; i < o->n_models; i++) free(o->model_dirs[i]);
     o->n_models = 0;
+    for (int i = 0; i < o->n_api_keys; i++) free(o->api_keys[i]);
+    o->n_api_keys = 0;
+}
+
+static int add_key(srv_options *o, const char *k) {
+    size_t n = strlen(k);
+    if (n < 8 || n > 256 || strpbrk(k, " \t\r\n,")) {
+        fprintf(stderr, "sotto-server: an API key is 8..256 bytes without spaces or commas\n");
+        return -1;
+    }
+    if (o->n_api_keys == SRV_MAX_API_KEYS) {
+        fprintf(stderr, "sotto-server: at most %d API keys\n", SRV_MAX_API_KEYS);
+        return -1;
+    }
+    if (!(o->api_keys[o->n_api_keys] = strdup(k))) return -1;
+    o->n_api_keys++;
+    return 0;
+}
+
+static int load_keys(srv_options *o, const char *path) {
+    char *text = NULL;
+    sotto_err err;
+    if (sotto_read_file(path, 1 << 20, &text, NULL, &err)) {
+        fprintf(stderr, "sotto-server: %s\n", err.msg);
+        return -1;
+    }
+    int rc = 0;
+    for (char *save = NULL, *t = strtok_r(text, "\r\n", &save); t && !rc; t = strtok_r(NULL, "\r\n", &save))
+        if (*t && *t != '#') rc = add_key(o, t);
+    free(text);
+    return rc;
 }
 
 /* Directory next to the executable ("../<rel>"), if it exists. */
@@ -96,6 +136,9 @@ static int set(srv_options *o, const char *key, const char *val) {
     NUM("max-frame-bytes", max_frame_bytes, 1024, 1 << 30)
     NUM("threads", threads, 0, 1024)
     NUM("max-batch", max_batch, 1, 16)
+    NUM("max-upload-mb", max_upload_mb, 0.01, 2000)
+    NUM("batch-queue", batch_queue, 1, 1000)
+    NUM("batch-threads", batch_threads, 1, 1024)
 #undef NUM
     if (!val) {
         fprintf(stderr, "sotto-server: %s needs a value\n", key);
@@ -133,6 +176,10 @@ static int set(srv_options *o, const char *key, const char *val) {
         snprintf(o->tls_cert, sizeof o->tls_cert, "%s", val);
     } else if (!strcmp(key, "tls-key")) {
         snprintf(o->tls_key, sizeof o->tls_key, "%s", val);
+    } else if (!strcmp(key, "api-key")) {
+        return add_key(o, val);
+    } else if (!strcmp(key, "api-keys-file")) {
+        return load_keys(o, val);
     } else if (!strcmp(key, "log-level")) {
         sotto_log_level lv;
         if (sotto_log_parse_level(val, &lv)) {

@@ -30,6 +30,7 @@ struct lws_context;
 /* ---- options ----------------------------------------------------------------- */
 
 #define SRV_MAX_MODELS 8
+#define SRV_MAX_API_KEYS 16
 
 typedef struct srv_options {
     char host[128];           /* listen address ("" = all) */
@@ -49,6 +50,11 @@ typedef struct srv_options {
     int max_batch;            /* sessions decoded together */
     char web_dir[1024];
     char tls_cert[1024], tls_key[1024];
+    char *api_keys[SRV_MAX_API_KEYS]; /* compatibility endpoints; none = open */
+    int n_api_keys;
+    double max_upload_mb;     /* /v1/audio/transcriptions */
+    int batch_queue;          /* uploads queued or running */
+    int batch_threads;        /* CPU threads of the upload transcriber */
     int log_level;
 } srv_options;
 

@@ -4,6 +4,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
 
+#include "compat.h"
+
 #include "log.h"
 
 #include <libwebsockets.h>
@@ -24,6 +26,7 @@ typedef struct conn {
     int rx_overflow;
     unsigned char *tx; /* LWS_PRE + event being written */
     size_t tx_cap;
+    srv_batch_req *breq; /* HTTP: an upload being transcribed (batch.c) */
 } conn;
 
 static srv *g_srv; /* set by srv_gateway_run; the callback has no user pointer of its own */
@@ -436,6 +439,8 @@ static void service_wakeup(srv *s) {
         on_stop(s, to_stop[i], 1);
         srv_session_unref(s, to_stop[i]);
     }
+    srv_batch_wakeup(s);
+    active += srv_batch_busy();
     if (draining && (active == 0 || srv_now() - s->drain_started > s->opt.drain_s))
         atomic_store(&s->stop, 1);
 }
@@ -581,8 +586,22 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     srv *s = g_srv;
     conn *c = user;
     switch (reason) {
-    case LWS_CALLBACK_HTTP:
-        return srv_http_route(s, wsi, (const char *)in);
+    case LWS_CALLBACK_HTTP: {
+        int r = c ? srv_batch_http(s, wsi, &c->breq, in ? (const char *)in : "/") : 1;
+        return r != 1 ? r : srv_http_route(s, wsi, (const char *)in);
+    }
+    case LWS_CALLBACK_HTTP_BODY:
+        if (c && c->breq) return srv_batch_body(s, wsi, c->breq, in, len);
+        break;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (c && c->breq) return srv_batch_body_done(s, wsi, c->breq);
+        break;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        if (c && c->breq) return srv_batch_writeable(s, wsi, &c->breq);
+        break;
+    case LWS_CALLBACK_CLOSED_HTTP:
+        if (c && c->breq) srv_batch_closed(s, &c->breq);
+        break;
     case LWS_CALLBACK_ESTABLISHED: {
         memset(c, 0, sizeof *c);
         char uri[256] = "";

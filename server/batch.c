@@ -1,0 +1,783 @@
+/* batch.c - OpenAI-compatible file transcription over HTTP:
+ *   POST /v1/audio/transcriptions, POST /v1/audio/translations (multipart
+ *   form: file, model, language, prompt, temperature, response_format,
+ *   stream, timestamp_granularities[]), GET /v1/models[/ID].
+ *
+ * The service thread parses the form (lws_spa) into a job; one transcriber
+ * thread decodes the file and runs the offline loop (transcribe.h) with
+ * --batch-threads CPU threads, so that live sessions on the inference worker
+ * keep their pace; the finished response (or, with stream=true, server-sent
+ * events as segments are final) goes back through the service thread.
+ * Jobs are shared by the request and the thread (refs, under b->lock); a
+ * client that leaves cancels its job at the next segment.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "compat.h"
+
+#include "log.h"
+#include "strbuf.h"
+#include "subtitle.h"
+#include "transcribe.h"
+
+#include <libwebsockets.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { RF_JSON, RF_TEXT, RF_SRT, RF_VTT, RF_VERBOSE } resp_fmt;
+
+typedef struct batch_job {
+    struct batch_job *next; /* b->jobs */
+    srv *srv;
+    int refs;               /* the request and the thread (b->lock) */
+    struct lws *wsi;        /* NULL once the client left (b->lock) */
+    /* inputs, fixed once queued */
+    unsigned char *file;
+    size_t file_len;
+    srv_model *sm; /* refs held until the job ends */
+    char language[16];
+    char *prompt;
+    float temperature;
+    int translate, sse, words;
+    resp_fmt fmt;
+    /* outputs (b->lock) */
+    sotto_sb events; /* server-sent events not yet written */
+    int started, finished, wake;
+    int status;
+    char *body; /* the response (or the error) once finished */
+    size_t body_len;
+    const char *ctype;
+} batch_job;
+
+typedef struct srv_batch {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    batch_job *jobs; /* every job not yet released by both sides */
+    int n_queued;    /* waiting or running */
+    int stop;
+    pthread_t thread;
+} srv_batch;
+
+static srv_batch g_batch = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0};
+static int g_batch_started;
+
+enum { P_MODEL, P_LANGUAGE, P_PROMPT, P_TEMPERATURE, P_FORMAT, P_STREAM, P_GRAN, P_COUNT };
+static const char *const k_params[P_COUNT] = {"model",  "language", "prompt",
+                                              "temperature", "response_format", "stream",
+                                              "timestamp_granularities[]"};
+
+struct srv_batch_req {
+    srv *s;
+    struct lws_spa *spa;
+    int translate;
+    /* an error decided before the body was read: sent once it has been */
+    unsigned int err_status;
+    char *err_body;
+    unsigned char *file;
+    size_t file_len, file_cap, limit;
+    int have_file, too_large;
+    batch_job *job;
+    int headers_sent, closing;
+};
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+static int respond(struct lws *wsi, unsigned int status, const char *type, const char *body,
+                   size_t len) {
+    unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr;
+    if (lws_add_http_common_headers(wsi, status, type, (lws_filepos_t)len, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
+                                     (const unsigned char *)"no-store", 8, &p, end) ||
+        lws_finalize_write_http_header(wsi, start, &p, end))
+        return -1;
+    unsigned char *out = malloc(LWS_PRE + len + 1);
+    if (!out) return -1;
+    memcpy(out + LWS_PRE, body, len);
+    int n = lws_write(wsi, out + LWS_PRE, len, LWS_WRITE_HTTP_FINAL);
+    free(out);
+    if (n < (int)len) return -1;
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+static int respond_error(struct lws *wsi, unsigned int status, const char *type, const char *code,
+                         const char *param, const char *msg) {
+    char *j = srv_openai_error_json(type, code, param, msg);
+    if (!j) return -1;
+    int rc = respond(wsi, status, "application/json", j, strlen(j));
+    free(j);
+    return rc;
+}
+
+static void job_unref_locked(srv *s, batch_job *j) {
+    if (--j->refs > 0) return;
+    for (batch_job **pp = &g_batch.jobs; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            break;
+        }
+    if (j->sm) srv_model_release(s, j->sm);
+    free(j->file);
+    free(j->prompt);
+    free(j->body);
+    sotto_sb_free(&j->events);
+    free(j);
+}
+
+static void req_free(srv *s, srv_batch_req *r) {
+    if (!r) return;
+    if (r->spa) lws_spa_destroy(r->spa);
+    free(r->file);
+    free(r->err_body);
+    if (r->job) {
+        pthread_mutex_lock(&g_batch.lock);
+        r->job->wsi = NULL; /* cancels it */
+        job_unref_locked(s, r->job);
+        pthread_mutex_unlock(&g_batch.lock);
+    }
+    free(r);
+}
+
+static void req_fail(srv_batch_req *r, unsigned int status, const char *type, const char *code,
+                     const char *param, const char *msg) {
+    if (r->err_status) return; /* the first reason stands */
+    r->err_status = status;
+    r->err_body = srv_openai_error_json(type, code, param, msg);
+}
+
+/* ---- GET /v1/models ----------------------------------------------------------------- */
+
+static cJSON *model_obj(const char *id) {
+    cJSON *m = cJSON_CreateObject();
+    if (!m) return NULL;
+    cJSON_AddStringToObject(m, "id", id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "sotto");
+    return m;
+}
+
+/* Every id srv_compat_model accepts without aliases: NAME (default weights)
+ * and NAME:WEIGHTS for each offered variant, plus "whisper-1". */
+static int models_response(srv *s, struct lws *wsi, const char *one) {
+    cJSON *list = cJSON_CreateObject(), *data = cJSON_CreateArray();
+    cJSON *found = NULL;
+    if (!list || !data) {
+        cJSON_Delete(list);
+        cJSON_Delete(data);
+        return respond_error(wsi, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    cJSON_AddStringToObject(list, "object", "list");
+    cJSON_AddItemToObject(list, "data", data);
+    char id[96];
+    cJSON_AddItemToArray(data, model_obj("whisper-1"));
+    for (int i = 0; i < s->n_models; i++) {
+        const srv_model *sm = &s->models[i];
+        if (sm->weights == s->opt.default_weights) cJSON_AddItemToArray(data, model_obj(sm->name));
+        snprintf(id, sizeof id, "%s:%s", sm->name, sotto_wfmt_name(sm->weights));
+        cJSON_AddItemToArray(data, model_obj(id));
+    }
+    if (one) {
+        const cJSON *m;
+        cJSON_ArrayForEach(m, data) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, "id");
+            if (cJSON_IsString(v) && !strcmp(v->valuestring, one)) found = cJSON_Duplicate(m, 1);
+        }
+        cJSON_Delete(list);
+        if (!found) {
+            char why[160];
+            snprintf(why, sizeof why, "The model '%.64s' does not exist", one);
+            return respond_error(wsi, 404, "invalid_request_error", "model_not_found", "model", why);
+        }
+        list = found;
+    }
+    char *text = cJSON_PrintUnformatted(list);
+    cJSON_Delete(list);
+    if (!text) return respond_error(wsi, 500, "server_error", NULL, NULL, "out of memory");
+    int rc = respond(wsi, 200, "application/json", text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* ---- the request -------------------------------------------------------------------- */
+
+static int on_file(void *data, const char *name, const char *filename, char *buf, int len,
+                   enum lws_spa_fileupload_states state) {
+    srv_batch_req *r = data;
+    (void)filename;
+    if (strcmp(name, "file") != 0) return 0; /* other uploads are ignored */
+    if (state == LWS_UFS_OPEN) {
+        r->have_file = 1;
+        r->file_len = 0;
+        return 0;
+    }
+    if ((state != LWS_UFS_CONTENT && state != LWS_UFS_FINAL_CONTENT) || len <= 0 || r->too_large)
+        return 0;
+    if (r->file_len + (size_t)len > r->limit) {
+        r->too_large = 1;
+        return 0;
+    }
+    if (r->file_len + (size_t)len > r->file_cap) {
+        size_t cap = (r->file_len + (size_t)len) * 2;
+        if (cap > r->limit) cap = r->limit;
+        unsigned char *nb = realloc(r->file, cap);
+        if (!nb) {
+            r->too_large = 1;
+            return 0;
+        }
+        r->file = nb;
+        r->file_cap = cap;
+    }
+    memcpy(r->file + r->file_len, buf, (size_t)len);
+    r->file_len += (size_t)len;
+    return 0;
+}
+
+int srv_batch_http(srv *s, struct lws *wsi, srv_batch_req **req, const char *uri) {
+    int post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
+    if (!post && !strcmp(uri, "/v1/models")) {
+        if (!srv_compat_authorized(s, wsi))
+            return respond_error(wsi, 401, "invalid_request_error", "invalid_api_key", NULL,
+                                 "Incorrect or missing API key (Authorization: Bearer KEY)");
+        return models_response(s, wsi, NULL);
+    }
+    if (!post && !strncmp(uri, "/v1/models/", 11)) {
+        if (!srv_compat_authorized(s, wsi))
+            return respond_error(wsi, 401, "invalid_request_error", "invalid_api_key", NULL,
+                                 "Incorrect or missing API key (Authorization: Bearer KEY)");
+        return models_response(s, wsi, uri + 11);
+    }
+    int tr = !strcmp(uri, "/v1/audio/transcriptions"), tl = !strcmp(uri, "/v1/audio/translations");
+    if (!tr && !tl) return 1;
+    if (!post)
+        return respond_error(wsi, 405, "invalid_request_error", "method_not_allowed", NULL,
+                             "use POST with a multipart/form-data body");
+    req_free(s, *req);
+    srv_batch_req *r = *req = calloc(1, sizeof *r);
+    if (!r) return -1;
+    r->s = s;
+    r->translate = tl;
+    r->limit = (size_t)(s->opt.max_upload_mb * 1e6);
+    char cl[32] = "", ct[128] = "";
+    lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH);
+    lws_hdr_copy(wsi, ct, sizeof ct, WSI_TOKEN_HTTP_CONTENT_TYPE);
+    double content_len = cl[0] ? strtod(cl, NULL) : 0;
+    char why[200];
+    if (!srv_compat_authorized(s, wsi)) {
+        req_fail(r, 401, "invalid_request_error", "invalid_api_key", NULL,
+                 "Incorrect or missing API key (Authorization: Bearer KEY)");
+    } else if (atomic_load(&s->draining)) {
+        req_fail(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    } else if (strncmp(ct, "multipart/form-data", 19) != 0) {
+        req_fail(r, 400, "invalid_request_error", "invalid_content_type", NULL,
+                 "the body must be multipart/form-data with a 'file' part");
+    } else if (content_len > (double)r->limit + 65536) {
+        snprintf(why, sizeof why, "the upload is %.1f MB; this server takes files up to %.1f MB",
+                 content_len / 1e6, s->opt.max_upload_mb);
+        req_fail(r, 413, "invalid_request_error", "file_too_large", "file", why);
+    }
+    /* far too large: answer now and close rather than read it all */
+    if (r->err_status && content_len > 4.0 * (double)r->limit + 1e6) {
+        unsigned int st = r->err_status;
+        char *body = r->err_body;
+        r->err_body = NULL;
+        int rc = respond(wsi, st, "application/json", body ? body : "{}", body ? strlen(body) : 2);
+        free(body);
+        req_free(s, r);
+        *req = NULL;
+        (void)rc;
+        return -1;
+    }
+    if (!r->err_status) {
+        lws_spa_create_info_t info;
+        memset(&info, 0, sizeof info);
+        info.param_names = k_params;
+        info.count_params = P_COUNT;
+        info.max_storage = 8192;
+        info.opt_cb = on_file;
+        info.opt_data = r;
+        r->spa = lws_spa_create_via_info(wsi, &info);
+        if (!r->spa) req_fail(r, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    return 0; /* the body follows */
+}
+
+int srv_batch_body(srv *s, struct lws *wsi, srv_batch_req *r, const void *in, size_t len) {
+    (void)s, (void)wsi;
+    if (!r || r->err_status || !r->spa) return 0; /* read and dropped */
+    if (lws_spa_process(r->spa, in, (int)len))
+        req_fail(r, 400, "invalid_request_error", "invalid_form", NULL,
+                 "the multipart form could not be parsed (or a field is too long)");
+    return 0;
+}
+
+static int parse_format(const char *f, resp_fmt *out) {
+    static const struct {
+        const char *name;
+        resp_fmt f;
+    } k[] = {{"json", RF_JSON}, {"text", RF_TEXT}, {"srt", RF_SRT}, {"vtt", RF_VTT}, {"verbose_json", RF_VERBOSE}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(f, k[i].name)) return *out = k[i].f, 0;
+    return -1;
+}
+
+/* Validates the form and queues the job; errors are kept for the response. */
+static void make_job(srv *s, srv_batch_req *r) {
+    if (lws_spa_finalize(r->spa)) {
+        req_fail(r, 400, "invalid_request_error", "invalid_form", NULL, "the multipart form is incomplete");
+        return;
+    }
+    const char *v[P_COUNT];
+    for (int i = 0; i < P_COUNT; i++) {
+        v[i] = lws_spa_get_length(r->spa, i) > 0 ? lws_spa_get_string(r->spa, i) : NULL;
+    }
+    char why[256], model[64];
+    sotto_wfmt w;
+    resp_fmt fmt = RF_JSON;
+    double temp = 0;
+    if (r->too_large) {
+        snprintf(why, sizeof why, "the file is larger than this server's limit of %.1f MB",
+                 s->opt.max_upload_mb);
+        return req_fail(r, 413, "invalid_request_error", "file_too_large", "file", why);
+    }
+    if (!r->have_file || r->file_len == 0)
+        return req_fail(r, 400, "invalid_request_error", NULL, "file",
+                        "you must provide a non-empty 'file' (an audio file) in the form");
+    if (!v[P_MODEL])
+        return req_fail(r, 400, "invalid_request_error", NULL, "model",
+                        "you must provide a model parameter (e.g. whisper-1)");
+    if (srv_compat_model(s, v[P_MODEL], model, sizeof model, &w, why, sizeof why))
+        return req_fail(r, 404, "invalid_request_error", "model_not_found", "model", why);
+    if (v[P_FORMAT] && parse_format(v[P_FORMAT], &fmt))
+        return req_fail(r, 400, "invalid_request_error", "unsupported_value", "response_format",
+                        "response_format must be one of json, text, srt, verbose_json, vtt");
+    if (v[P_TEMPERATURE]) {
+        char *end = NULL;
+        temp = strtod(v[P_TEMPERATURE], &end);
+        if (end == v[P_TEMPERATURE] || *end || !(temp >= 0 && temp <= 1))
+            return req_fail(r, 400, "invalid_request_error", "invalid_value", "temperature",
+                            "temperature must be a number from 0 to 1");
+    }
+    if (v[P_LANGUAGE] && (strlen(v[P_LANGUAGE]) >= 16 || !*v[P_LANGUAGE]))
+        return req_fail(r, 400, "invalid_request_error", "invalid_value", "language",
+                        "language must be an ISO-639-1 code such as 'en'");
+    int sse = v[P_STREAM] && !strcmp(v[P_STREAM], "true");
+    if (v[P_STREAM] && !sse && strcmp(v[P_STREAM], "false"))
+        return req_fail(r, 400, "invalid_request_error", "invalid_value", "stream", "stream must be true or false");
+    int words = v[P_GRAN] && strstr(v[P_GRAN], "word") != NULL;
+    if (words && fmt != RF_VERBOSE)
+        return req_fail(r, 400, "invalid_request_error", "invalid_value", "timestamp_granularities",
+                        "timestamp_granularities needs response_format verbose_json");
+    srv_model *sm = srv_model_find(s, model, w);
+    if (!sm) return req_fail(r, 404, "invalid_request_error", "model_not_found", "model", "no such model");
+    batch_job *j = calloc(1, sizeof *j);
+    if (!j || (v[P_PROMPT] && !(j->prompt = strdup(v[P_PROMPT])))) {
+        free(j);
+        return req_fail(r, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    j->file = r->file;
+    j->file_len = r->file_len;
+    r->file = NULL;
+    snprintf(j->language, sizeof j->language, "%s", v[P_LANGUAGE] ? v[P_LANGUAGE] : "");
+    j->temperature = (float)temp;
+    j->translate = r->translate;
+    j->sse = sse;
+    j->words = words;
+    j->fmt = fmt;
+    j->refs = 2;
+    j->srv = s;
+    pthread_mutex_lock(&g_batch.lock);
+    if (g_batch.n_queued >= s->opt.batch_queue || !g_batch_started) {
+        pthread_mutex_unlock(&g_batch.lock);
+        free(j->file);
+        free(j->prompt);
+        free(j);
+        return req_fail(r, 429, "rate_limit_error", "queue_full", NULL,
+                        "the transcription queue is full; retry later");
+    }
+    pthread_mutex_lock(&s->lock);
+    sm->refs++; /* keeps the variant loaded until the job ends */
+    pthread_mutex_unlock(&s->lock);
+    j->sm = sm;
+    j->next = g_batch.jobs;
+    g_batch.jobs = j;
+    g_batch.n_queued++;
+    r->job = j;
+    pthread_cond_signal(&g_batch.cond);
+    pthread_mutex_unlock(&g_batch.lock);
+}
+
+int srv_batch_body_done(srv *s, struct lws *wsi, srv_batch_req *r) {
+    if (!r) return -1;
+    if (!r->err_status) make_job(s, r);
+    if (r->err_status) {
+        unsigned int st = r->err_status;
+        char *body = r->err_body;
+        r->err_body = NULL;
+        int rc = body ? respond(wsi, st, "application/json", body, strlen(body)) : -1;
+        free(body);
+        return rc;
+    }
+    pthread_mutex_lock(&g_batch.lock);
+    r->job->wsi = wsi;
+    pthread_mutex_unlock(&g_batch.lock);
+    return 0; /* the response comes from srv_batch_writeable */
+}
+
+/* ---- the transcriber thread ----------------------------------------------------------- */
+
+static void job_event(batch_job *j, cJSON *ev) { /* b->lock held; takes ev */
+    char *t = ev ? cJSON_PrintUnformatted(ev) : NULL;
+    cJSON_Delete(ev);
+    if (!t) return;
+    sotto_sb_printf(&j->events, "data: %s\n\n", t);
+    free(t);
+    j->wake = 1;
+}
+
+static int on_segment(void *user, const sotto_segment *seg) {
+    batch_job *j = user;
+    pthread_mutex_lock(&g_batch.lock);
+    int gone = j->wsi == NULL;
+    if (!gone && j->sse) {
+        cJSON *e = cJSON_CreateObject();
+        if (e) {
+            cJSON_AddStringToObject(e, "type", "transcript.text.delta");
+            cJSON_AddStringToObject(e, "delta", seg->text);
+        }
+        job_event(j, e);
+    }
+    pthread_mutex_unlock(&g_batch.lock);
+    if (!gone && j->sse) srv_wake(j->srv);
+    return gone;
+}
+
+static char *joined_text(const sotto_transcript *t) {
+    sotto_sb b = {0};
+    for (int i = 0; i < t->n_segments; i++) {
+        const char *x = t->segments[i].text;
+        if (b.len == 0)
+            while (*x == ' ') x++;
+        sotto_sb_put(&b, x, strlen(x));
+    }
+    return sotto_sb_take(&b, NULL);
+}
+
+static void add_usage(cJSON *o, double duration) {
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddStringToObject(u, "type", "duration");
+    cJSON_AddNumberToObject(u, "seconds", ceil(duration));
+}
+
+/* The response body in the job's format. */
+static int render(batch_job *j, const sotto_transcript *t, const char *lang_name) {
+    char *text = joined_text(t);
+    if (!text) return -1;
+    if (j->fmt == RF_TEXT) {
+        sotto_sb b = {0};
+        sotto_sb_printf(&b, "%s\n", text);
+        free(text);
+        j->ctype = "text/plain; charset=utf-8";
+        return (j->body = sotto_sb_take(&b, &j->body_len)) ? 0 : -1;
+    }
+    if (j->fmt == RF_SRT || j->fmt == RF_VTT) {
+        free(text);
+        sotto_cue *cues = malloc(sizeof(sotto_cue) * (size_t)(t->n_segments + 1));
+        if (!cues) return -1;
+        for (int i = 0; i < t->n_segments; i++)
+            cues[i] = (sotto_cue){t->segments[i].start, t->segments[i].end, t->segments[i].text};
+        j->body = sotto_subtitles(cues, t->n_segments, j->fmt == RF_VTT, &j->body_len);
+        free(cues);
+        j->ctype = j->fmt == RF_VTT ? "text/vtt; charset=utf-8" : "application/x-subrip; charset=utf-8";
+        return j->body ? 0 : -1;
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return free(text), -1;
+    if (j->fmt == RF_VERBOSE) {
+        cJSON_AddStringToObject(o, "task", j->translate ? "translate" : "transcribe");
+        cJSON_AddStringToObject(o, "language", lang_name);
+        cJSON_AddNumberToObject(o, "duration", t->duration);
+    }
+    cJSON_AddStringToObject(o, "text", text);
+    free(text);
+    if (j->fmt == RF_VERBOSE) {
+        cJSON *segs = cJSON_AddArrayToObject(o, "segments"), *words = NULL;
+        if (j->words) words = cJSON_AddArrayToObject(o, "words");
+        for (int i = 0; i < t->n_segments; i++) {
+            const sotto_segment *sg = &t->segments[i];
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddNumberToObject(x, "id", i);
+            cJSON_AddNumberToObject(x, "seek", floor(sg->start * 100));
+            cJSON_AddNumberToObject(x, "start", sg->start);
+            cJSON_AddNumberToObject(x, "end", sg->end);
+            cJSON_AddStringToObject(x, "text", sg->text);
+            cJSON *tk = cJSON_AddArrayToObject(x, "tokens");
+            for (int k = 0; k < sg->n_tokens; k++) cJSON_AddItemToArray(tk, cJSON_CreateNumber(sg->tokens[k]));
+            cJSON_AddNumberToObject(x, "temperature", sg->temperature);
+            cJSON_AddNumberToObject(x, "avg_logprob", sg->avg_logprob);
+            cJSON_AddNumberToObject(x, "compression_ratio", sg->compression_ratio);
+            cJSON_AddNumberToObject(x, "no_speech_prob", sg->no_speech_prob);
+            cJSON_AddItemToArray(segs, x);
+            if (words) { /* interpolated within the segment (docs/COMPAT.md) */
+                sotto_word_span ws[256];
+                int n = sotto_cue_words(sg->text, sg->start, sg->end, ws, 256);
+                for (int k = 0; k < n; k++) {
+                    cJSON *wj = cJSON_CreateObject();
+                    char buf[256];
+                    snprintf(buf, sizeof buf, "%.*s", (int)ws[k].len, sg->text + ws[k].off);
+                    cJSON_AddStringToObject(wj, "word", buf);
+                    cJSON_AddNumberToObject(wj, "start", ws[k].start);
+                    cJSON_AddNumberToObject(wj, "end", ws[k].end);
+                    cJSON_AddItemToArray(words, wj);
+                }
+            }
+        }
+    }
+    add_usage(o, t->duration);
+    j->body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    j->body_len = j->body ? strlen(j->body) : 0;
+    j->ctype = "application/json";
+    return j->body ? 0 : -1;
+}
+
+static void finish_error(batch_job *j, int status, const char *type, const char *code, const char *msg) {
+    pthread_mutex_lock(&g_batch.lock);
+    j->status = status;
+    free(j->body);
+    j->body = srv_openai_error_json(type, code, NULL, msg);
+    j->body_len = j->body ? strlen(j->body) : 0;
+    j->ctype = "application/json";
+    if (j->sse && j->events.len) { /* the stream has begun: the error is its last event */
+        cJSON *e = cJSON_Parse(j->body ? j->body : "{}");
+        if (e) cJSON_AddStringToObject(e, "type", "error");
+        job_event(j, e);
+    }
+    j->finished = j->wake = 1;
+    pthread_mutex_unlock(&g_batch.lock);
+}
+
+static void run_job(srv *s, batch_job *j) {
+    sotto_err err = {0};
+    float *audio = NULL;
+    size_t n = 0;
+    double t0 = srv_now();
+    if (srv_decode_upload(j->file, j->file_len, &audio, &n, &err)) {
+        char why[SOTTO_ERR_MSG_MAX + 64];
+        snprintf(why, sizeof why, "the file could not be decoded: %s", err.msg);
+        finish_error(j, 400, "invalid_request_error", "invalid_file_format", why);
+        return;
+    }
+    free(j->file);
+    j->file = NULL;
+    j->file_len = 0;
+    if (srv_model_acquire(s, j->sm, &err)) {
+        free(audio);
+        finish_error(j, 503, "server_error", "model_unavailable", err.msg);
+        return;
+    }
+    const sotto_model *m = j->sm->model; /* held by the job's ref */
+    int multi = sotto_model_is_multilingual(m);
+    const char *lang = j->language[0] && strcmp(j->language, "auto") ? j->language : NULL;
+    char why[200];
+    if (j->translate && !multi) {
+        free(audio);
+        snprintf(why, sizeof why, "the model %s is English-only and cannot translate", j->sm->name);
+        finish_error(j, 400, "invalid_request_error", "unsupported_value", why);
+        return;
+    }
+    if (lang && sotto_language_index(m, lang) < 0) {
+        free(audio);
+        snprintf(why, sizeof why, "the model %s does not know the language '%s'", j->sm->name, lang);
+        finish_error(j, 400, "invalid_request_error", "unsupported_language", why);
+        return;
+    }
+    sotto_transcribe_opts o = sotto_transcribe_default_opts();
+    o.language = lang;
+    o.task = j->translate ? SOTTO_TASK_TRANSLATE : SOTTO_TASK_TRANSCRIBE;
+    o.initial_prompt = j->prompt;
+    if (j->temperature > 0) { /* a given temperature starts the fallback ladder */
+        o.n_temperatures = 0;
+        for (float t = j->temperature; t <= 1.0001f && o.n_temperatures < SOTTO_MAX_TEMPERATURES; t += 0.2f)
+            o.temperatures[o.n_temperatures++] = t > 1 ? 1 : t;
+    }
+    o.on_segment = on_segment;
+    o.user = j;
+    sotto_transcript t;
+    memset(&t, 0, sizeof t);
+    int rc = sotto_transcribe(m, audio, n, &o, &t, &err);
+    free(audio);
+    pthread_mutex_lock(&g_batch.lock);
+    int gone = j->wsi == NULL;
+    pthread_mutex_unlock(&g_batch.lock);
+    if (gone) {
+        sotto_transcript_free(&t);
+        finish_error(j, 499, "server_error", "cancelled", "the client left");
+        return;
+    }
+    if (rc) {
+        sotto_transcript_free(&t);
+        finish_error(j, 500, "server_error", "transcription_failed", err.msg);
+        return;
+    }
+    const char *lang_name = sotto_language_name(t.language);
+    pthread_mutex_lock(&g_batch.lock);
+    if (render(j, &t, lang_name)) {
+        pthread_mutex_unlock(&g_batch.lock);
+        sotto_transcript_free(&t);
+        finish_error(j, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    j->status = 200;
+    if (j->sse) {
+        char *text = joined_text(&t);
+        cJSON *e = cJSON_CreateObject();
+        if (e) {
+            cJSON_AddStringToObject(e, "type", "transcript.text.done");
+            cJSON_AddStringToObject(e, "text", text ? text : "");
+            add_usage(e, t.duration);
+        }
+        free(text);
+        job_event(j, e);
+    }
+    j->finished = j->wake = 1;
+    pthread_mutex_unlock(&g_batch.lock);
+    sotto_log(SOTTO_LOG_INFO, 0, "batch: %.1f s of audio (%s) in %.2f s", t.duration,
+              j->translate ? "translate" : "transcribe", srv_now() - t0);
+    sotto_transcript_free(&t);
+}
+
+static void *batch_main(void *arg) {
+    srv *s = arg;
+    omp_set_num_threads(s->opt.batch_threads); /* this thread's own OpenMP setting */
+    pthread_mutex_lock(&g_batch.lock);
+    while (!g_batch.stop) {
+        batch_job *next = NULL;
+        for (batch_job *j = g_batch.jobs; j; j = j->next)
+            if (!j->started) next = j; /* the oldest (the list is newest first) */
+        if (!next) {
+            pthread_cond_wait(&g_batch.cond, &g_batch.lock);
+            continue;
+        }
+        next->started = 1;
+        pthread_mutex_unlock(&g_batch.lock);
+        run_job(s, next);
+        srv_wake(s);
+        pthread_mutex_lock(&g_batch.lock);
+        g_batch.n_queued--;
+        job_unref_locked(s, next); /* the queue's ref */
+    }
+    pthread_mutex_unlock(&g_batch.lock);
+    return NULL;
+}
+
+int srv_batch_start(srv *s) {
+    if (pthread_create(&g_batch.thread, NULL, batch_main, s)) return -1;
+    g_batch_started = 1;
+    return 0;
+}
+
+int srv_batch_busy(void) {
+    pthread_mutex_lock(&g_batch.lock);
+    int n = g_batch.n_queued;
+    pthread_mutex_unlock(&g_batch.lock);
+    return n;
+}
+
+void srv_batch_stop(srv *s) {
+    if (!g_batch_started) return;
+    pthread_mutex_lock(&g_batch.lock);
+    g_batch.stop = 1;
+    for (batch_job *j = g_batch.jobs; j; j = j->next) j->wsi = NULL; /* cancels the running one */
+    pthread_cond_broadcast(&g_batch.cond);
+    pthread_mutex_unlock(&g_batch.lock);
+    pthread_join(g_batch.thread, NULL);
+    g_batch_started = 0;
+    pthread_mutex_lock(&g_batch.lock);
+    for (int again = 1; again;) { /* jobs never started: drop the queue's ref */
+        again = 0;
+        for (batch_job *j = g_batch.jobs; j; j = j->next)
+            if (!j->started) {
+                j->started = 1;
+                g_batch.n_queued--;
+                job_unref_locked(s, j);
+                again = 1;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&g_batch.lock);
+}
+
+/* ---- writing the response ---------------------------------------------------------------- */
+
+void srv_batch_wakeup(srv *s) {
+    (void)s;
+    pthread_mutex_lock(&g_batch.lock);
+    for (batch_job *j = g_batch.jobs; j; j = j->next)
+        if (j->wake && j->wsi) {
+            j->wake = 0;
+            lws_callback_on_writable(j->wsi);
+        }
+    pthread_mutex_unlock(&g_batch.lock);
+}
+
+int srv_batch_writeable(srv *s, struct lws *wsi, srv_batch_req **req) {
+    srv_batch_req *r = *req;
+    if (!r || !r->job) return 0;
+    if (r->closing) return -1; /* the event stream is written out: it ends with the connection */
+    batch_job *j = r->job;
+    pthread_mutex_lock(&g_batch.lock);
+    size_t len = 0;
+    char *events = NULL;
+    if (j->sse && (r->headers_sent || j->events.len)) events = sotto_sb_take(&j->events, &len);
+    int finished = j->finished;
+    pthread_mutex_unlock(&g_batch.lock);
+    if (events) { /* server-sent events: no length, the connection closes at the end */
+        if (!r->headers_sent) {
+            unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr;
+            if (lws_add_http_common_headers(wsi, 200, "text/event-stream", LWS_ILLEGAL_HTTP_CONTENT_LEN,
+                                            &p, end) ||
+                lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
+                                             (const unsigned char *)"no-cache", 8, &p, end) ||
+                lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close",
+                                             5, &p, end) ||
+                lws_finalize_write_http_header(wsi, start, &p, end)) {
+                free(events);
+                return -1;
+            }
+            r->headers_sent = 1;
+        }
+        int n = (int)len;
+        if (len) {
+            unsigned char *out = malloc(LWS_PRE + len);
+            if (out) {
+                memcpy(out + LWS_PRE, events, len);
+                n = lws_write(wsi, out + LWS_PRE, len, LWS_WRITE_HTTP);
+                free(out);
+            } else {
+                n = -1;
+            }
+        }
+        free(events);
+        if (n < (int)len) return -1;
+        if (finished) {
+            pthread_mutex_lock(&g_batch.lock);
+            int more = j->events.len > 0;
+            pthread_mutex_unlock(&g_batch.lock);
+            if (!more) r->closing = 1;
+            lws_callback_on_writable(wsi);
+        }
+        return 0;
+    }
+    if (!finished) return 0;
+    int rc = respond(wsi, (unsigned int)j->status, j->ctype, j->body ? j->body : "", j->body_len);
+    req_free(s, r);
+    *req = NULL;
+    return rc;
+}
+
+void srv_batch_closed(srv *s, srv_batch_req **req) {
+    req_free(s, *req);
+    *req = NULL;
+}

@@ -1,0 +1,110 @@
+/* compat.c - API keys, model names and OpenAI-shaped errors for the
+ * compatibility front ends (compat.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "compat.h"
+
+#include <libwebsockets.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Compares without stopping at the first difference. */
+static int key_eq(const char *a, size_t alen, const char *b) {
+    size_t blen = strlen(b);
+    unsigned char d = (unsigned char)(alen != blen);
+    for (size_t i = 0; i < blen; i++) d |= (unsigned char)((i < alen ? a[i] : 0) ^ b[i]);
+    return d == 0;
+}
+
+static int known_key(srv *s, const char *k, size_t n) {
+    int ok = 0;
+    for (int i = 0; i < s->opt.n_api_keys; i++) ok |= key_eq(k, n, s->opt.api_keys[i]);
+    return ok;
+}
+
+int srv_compat_authorized(srv *s, struct lws *wsi) {
+    if (s->opt.n_api_keys == 0) return 1;
+    char h[512] = "";
+    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION) > 0) {
+        const char *k = NULL;
+        if (!strncasecmp(h, "Bearer ", 7)) k = h + 7;
+        if (!strncasecmp(h, "Token ", 6)) k = h + 6;
+        if (k && known_key(s, k, strlen(k))) return 1;
+    }
+    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_PROTOCOL) > 0) { /* browsers cannot set headers */
+        int after_token = 0;
+        for (char *save = NULL, *t = strtok_r(h, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+            if (!strncmp(t, "openai-insecure-api-key.", 24) && known_key(s, t + 24, strlen(t + 24))) return 1;
+            if (after_token && known_key(s, t, strlen(t))) return 1;
+            after_token = !strcmp(t, "token");
+        }
+    }
+    return 0;
+}
+
+/* Names hosted APIs use for their own models: they get the default model. */
+static int is_alias(const char *n) {
+    static const char *const k[] = {"whisper-1", "whisper", "gpt-4o-transcribe", "gpt-4o-mini-transcribe",
+                                    "gpt-realtime", "gpt-4o-realtime-preview", "nova", "enhanced", "general"};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strncmp(n, k[i], strlen(k[i]))) return 1;
+    return 0;
+}
+
+static int have_model(srv *s, const char *name) {
+    for (int i = 0; i < s->n_models; i++)
+        if (!strcmp(s->models[i].name, name)) return 1;
+    return 0;
+}
+
+int srv_compat_model(srv *s, const char *name, char *model, size_t model_sz, sotto_wfmt *weights,
+                     char *why, size_t why_sz) {
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s", name ? name : "");
+    *weights = s->opt.default_weights;
+    char *colon = strchr(buf, ':');
+    if (colon) {
+        *colon = '\0';
+        if (sotto_wfmt_parse(colon + 1, weights)) {
+            snprintf(why, why_sz, "unknown weights '%.32s' in the model name (f32, bf16, q8, nf4, nvfp4)",
+                     colon + 1);
+            return -1;
+        }
+        if (!s->opt.allowed[*weights]) {
+            snprintf(why, why_sz, "this server does not offer the weights '%s'", sotto_wfmt_name(*weights));
+            return -1;
+        }
+    }
+    const char *n = buf;
+    if (!have_model(s, n) && !strncmp(n, "whisper-", 8) && have_model(s, n + 8)) n += 8;
+    if (!*n || (!have_model(s, n) && is_alias(n))) {
+        snprintf(model, model_sz, "%s", "");
+        return 0;
+    }
+    if (!have_model(s, n)) {
+        snprintf(why, why_sz, "The model '%.64s' does not exist on this server (GET /v1/models lists them)",
+                 name);
+        return -1;
+    }
+    snprintf(model, model_sz, "%s", n);
+    return 0;
+}
+
+char *srv_openai_error_json(const char *type, const char *code, const char *param, const char *msg) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *e = o ? cJSON_AddObjectToObject(o, "error") : NULL;
+    if (!e) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    if (code) cJSON_AddStringToObject(e, "code", code);
+    else cJSON_AddNullToObject(e, "code");
+    char *j = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return j;
+}
