@@ -282,11 +282,10 @@ int srv_batch_http(srv *s, struct lws *wsi, srv_batch_req **req, const char *uri
         unsigned int st = r->err_status;
         char *body = r->err_body;
         r->err_body = NULL;
-        int rc = respond(wsi, st, "application/json", body ? body : "{}", body ? strlen(body) : 2);
-        free(body);
-        req_free(s, r);
         *req = NULL;
-        (void)rc;
+        req_free(s, r);
+        respond(wsi, st, "application/json", body ? body : "{}", body ? strlen(body) : 2);
+        free(body);
         return -1;
     }
     if (!r->err_status) {
@@ -408,13 +407,16 @@ static void make_job(srv *s, srv_batch_req *r) {
     pthread_mutex_unlock(&g_batch.lock);
 }
 
-int srv_batch_body_done(srv *s, struct lws *wsi, srv_batch_req *r) {
+int srv_batch_body_done(srv *s, struct lws *wsi, srv_batch_req **req) {
+    srv_batch_req *r = *req;
     if (!r) return -1;
     if (!r->err_status) make_job(s, r);
     if (r->err_status) {
         unsigned int st = r->err_status;
         char *body = r->err_body;
         r->err_body = NULL;
+        *req = NULL; /* before the response: see srv_batch_writeable */
+        req_free(s, r);
         int rc = body ? respond(wsi, st, "application/json", body, strlen(body)) : -1;
         free(body);
         return rc;
@@ -771,9 +773,19 @@ int srv_batch_writeable(srv *s, struct lws *wsi, srv_batch_req **req) {
         return 0;
     }
     if (!finished) return 0;
-    int rc = respond(wsi, (unsigned int)j->status, j->ctype, j->body ? j->body : "", j->body_len);
-    req_free(s, r);
+    /* the request goes before the response: completing the transaction may
+       free the connection's user data, where *req lives */
+    pthread_mutex_lock(&g_batch.lock);
+    char *body = j->body;
+    size_t blen = j->body_len;
+    unsigned int status = (unsigned int)j->status;
+    const char *ctype = j->ctype;
+    j->body = NULL;
+    pthread_mutex_unlock(&g_batch.lock);
     *req = NULL;
+    req_free(s, r);
+    int rc = respond(wsi, status, ctype, body ? body : "", blen);
+    free(body);
     return rc;
 }
 

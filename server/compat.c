@@ -4,6 +4,7 @@
 #include "compat.h"
 
 #include <libwebsockets.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,4 +108,60 @@ char *srv_openai_error_json(const char *type, const char *code, const char *para
     char *j = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return j;
+}
+
+int srv_b64_decode(const char *in, size_t len, unsigned char **out, size_t *out_len) {
+    while (len && (in[len - 1] == '=' || in[len - 1] == '\n' || in[len - 1] == '\r')) len--;
+    if (len % 4 == 1) return -1;
+    unsigned char *o = malloc(len / 4 * 3 + 3);
+    if (!o) return -1;
+    size_t n = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        int c = (unsigned char)in[i], v;
+        if (c >= 'A' && c <= 'Z') v = c - 'A';
+        else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+        else if (c >= '0' && c <= '9') v = c - '0' + 52;
+        else if (c == '+' || c == '-') v = 62;
+        else if (c == '/' || c == '_') v = 63;
+        else {
+            free(o);
+            return -1;
+        }
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            o[n++] = (unsigned char)(acc >> bits);
+        }
+    }
+    *out = o;
+    *out_len = n;
+    return 0;
+}
+
+static int16_t ulaw(unsigned char u) {
+    u = (unsigned char)~u;
+    int t = ((u & 0x0f) << 3) + 0x84;
+    t <<= (u & 0x70) >> 4;
+    return (int16_t)((u & 0x80) ? 0x84 - t : t - 0x84);
+}
+
+static int16_t alaw(unsigned char a) {
+    a ^= 0x55;
+    int t = (a & 0x0f) << 4, seg = (a & 0x70) >> 4;
+    t = seg == 0 ? t + 8 : seg == 1 ? t + 0x108 : (t + 0x108) << (seg - 1);
+    return (int16_t)((a & 0x80) ? t : -t);
+}
+
+unsigned char *srv_g711_to_s16le(const unsigned char *in, size_t n, int is_alaw) {
+    unsigned char *out = malloc(n * 2 + 1);
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v = (uint16_t)(is_alaw ? alaw(in[i]) : ulaw(in[i]));
+        out[2 * i] = (unsigned char)(v & 0xff);
+        out[2 * i + 1] = (unsigned char)(v >> 8);
+    }
+    return out;
 }

@@ -36,6 +36,12 @@ int srv_compat_model(srv *s, const char *name, char *model, size_t model_sz, sot
 /* {"error":{"message":..,"type":..,"param":..,"code":..}} (param/code may be NULL). */
 char *srv_openai_error_json(const char *type, const char *code, const char *param, const char *msg);
 
+/* Strict base64 (RFC 4648, padding optional) into a malloc'd buffer; -1 if malformed. */
+int srv_b64_decode(const char *in, size_t len, unsigned char **out, size_t *out_len);
+
+/* G.711 (mu-law, or A-law when alaw) to 16-bit little-endian PCM: 2n bytes, malloc'd. */
+unsigned char *srv_g711_to_s16le(const unsigned char *in, size_t n, int alaw);
+
 /* ---- WebSocket dialects ---------------------------------------------------------------- */
 
 typedef struct srv_link srv_link; /* ws.c's connection, as a dialect sees it */
@@ -61,6 +67,8 @@ typedef struct srv_dialect {
     const char *name;
     /* Returns the dialect's state for a new connection (NULL: out of memory). */
     void *(*open)(srv_link *l, struct lws *wsi);
+    /* The connection was accepted (key, capacity): the dialect's greeting, or NULL. */
+    void (*welcome)(void *st, srv_link *l);
     void (*receive)(void *st, srv_link *l, int binary, const unsigned char *data, size_t len);
     /* One session event, in order; sends what the client should see. */
     void (*translate)(void *st, srv_link *l, const cJSON *ev);
@@ -80,7 +88,7 @@ int srv_batch_busy(void);      /* jobs queued or running (drain waits for them) 
 /* HTTP callbacks of ws.c for the batch endpoints; *req is per connection. */
 int srv_batch_http(srv *s, struct lws *wsi, srv_batch_req **req, const char *uri); /* 1: not ours */
 int srv_batch_body(srv *s, struct lws *wsi, srv_batch_req *req, const void *in, size_t len);
-int srv_batch_body_done(srv *s, struct lws *wsi, srv_batch_req *req);
+int srv_batch_body_done(srv *s, struct lws *wsi, srv_batch_req **req);
 int srv_batch_writeable(srv *s, struct lws *wsi, srv_batch_req **req);
 void srv_batch_closed(srv *s, srv_batch_req **req);
 void srv_batch_wakeup(srv *s); /* service thread: finished jobs get a writeable callback */

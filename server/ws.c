@@ -27,6 +27,13 @@ typedef struct conn {
     unsigned char *tx; /* LWS_PRE + event being written */
     size_t tx_cap;
     srv_batch_req *breq; /* HTTP: an upload being transcribed (batch.c) */
+    /* a compatibility dialect (compat.h): its state and messages ready to send */
+    const srv_dialect *d;
+    void *dst;
+    struct lws *wsi;
+    char **outq;
+    int n_outq, cap_outq;
+    int close_after;
 } conn;
 
 static srv *g_srv; /* set by srv_gateway_run; the callback has no user pointer of its own */
@@ -290,8 +297,7 @@ static void on_text(srv *s, struct lws *wsi, conn *c) {
     cJSON_Delete(msg);
 }
 
-static void on_audio(srv *s, conn *c) {
-    srv_session *ss = c->ss;
+static void on_audio(srv *s, srv_session *ss, const unsigned char *data, size_t len) {
     if (ss->state == SESS_NEW) {
         srv_session_error(s, ss, "not_started", "audio before start: send a start message first", 0);
         return;
@@ -300,7 +306,7 @@ static void on_audio(srv *s, conn *c) {
         srv_session_error(s, ss, "stopped", "audio after stop is ignored", 0);
         return;
     }
-    size_t cap = sotto_audio_in_max_out(ss->ain, c->rx_len);
+    size_t cap = sotto_audio_in_max_out(ss->ain, len);
     float *out = malloc(sizeof(float) * (cap ? cap : 1));
     size_t n = 0;
     sotto_err err;
@@ -310,7 +316,7 @@ static void on_audio(srv *s, conn *c) {
     }
     sotto_audio_in_stats before, after;
     sotto_audio_in_get_stats(ss->ain, &before);
-    int rc = sotto_audio_in_push(ss->ain, c->rx, c->rx_len, out, cap, &n, &err);
+    int rc = sotto_audio_in_push(ss->ain, data, len, out, cap, &n, &err);
     sotto_audio_in_get_stats(ss->ain, &after);
     if (rc) {
         srv_session_error(s, ss, "bad_audio", err.msg, 0);
@@ -402,6 +408,93 @@ static int write_next(srv *s, struct lws *wsi, conn *c) {
     lws_callback_on_writable(wsi);
     return 0;
 }
+
+/* ---- compatibility dialects (compat.h) -------------------------------------------- */
+
+struct srv_link { conn c; }; /* a dialect's view of a connection is the conn itself */
+
+static conn *L(srv_link *l) { return (conn *)l; }
+srv *srv_link_srv(srv_link *l) { (void)l; return g_srv; }
+srv_session *srv_link_session(srv_link *l) { return L(l)->ss; }
+int srv_link_started(const srv_link *l) { return ((const conn *)l)->ss->state != SESS_NEW; }
+
+int srv_link_start(srv_link *l, const cJSON *start_msg) {
+    on_start(g_srv, L(l)->ss, start_msg);
+    return L(l)->ss->state != SESS_NEW ? 0 : -1;
+}
+
+void srv_link_audio(srv_link *l, const void *data, size_t len) { on_audio(g_srv, L(l)->ss, data, len); }
+void srv_link_flush(srv_link *l, int end_of_stream) { on_stop(g_srv, L(l)->ss, end_of_stream); }
+void srv_link_note(srv_link *l, cJSON *ev) { srv_session_emit(g_srv, L(l)->ss, ev); }
+
+void srv_link_send(srv_link *l, char *json) {
+    conn *c = L(l);
+    if (!json) return;
+    if (c->n_outq == c->cap_outq) {
+        int cap = c->cap_outq ? c->cap_outq * 2 : 16;
+        char **nq = realloc(c->outq, sizeof(char *) * (size_t)cap);
+        if (!nq) {
+            free(json);
+            return;
+        }
+        c->outq = nq;
+        c->cap_outq = cap;
+    }
+    c->outq[c->n_outq++] = json;
+    if (c->wsi) lws_callback_on_writable(c->wsi);
+}
+
+void srv_link_close_after(srv_link *l, int status) {
+    L(l)->close_after = status ? status : LWS_CLOSE_STATUS_NORMAL;
+}
+
+/* Dialect connections: their own queued messages first, then the session's
+ * events one by one through the translator. */
+static int dialect_write(srv *s, struct lws *wsi, conn *c) {
+    srv_session *ss = c->ss;
+    for (int n = 0; n < 64;) {
+        if (c->n_outq) {
+            char *msg = c->outq[0];
+            memmove(c->outq, c->outq + 1, sizeof(char *) * (size_t)--c->n_outq);
+            size_t len = strlen(msg);
+            int bad = ensure_tx(c, len);
+            if (!bad) memcpy(c->tx + LWS_PRE, msg, len);
+            free(msg);
+            if (bad || lws_write(wsi, c->tx + LWS_PRE, len, LWS_WRITE_TEXT) < (int)len) return -1;
+            atomic_fetch_add(&s->m.events_sent, 1);
+            n++;
+            if (lws_send_pipe_choked(wsi)) break;
+            continue;
+        }
+        if (c->close_after) {
+            lws_close_reason(wsi, (enum lws_close_status)c->close_after, (unsigned char *)"bye", 3);
+            return -1;
+        }
+        pthread_mutex_lock(&ss->lock);
+        uint64_t last = ss->next_seq - 1, seq = ss->sent_upto + 1;
+        if (seq < ss->first_kept) seq = ss->first_kept;
+        while (seq <= last && ss->ring[seq % SRV_EVENT_RING].superseded && last - seq > SRV_LAG_SKIP) seq++;
+        if (seq > last) {
+            int close_now = ss->closing;
+            ss->sent_upto = last;
+            pthread_mutex_unlock(&ss->lock);
+            if (close_now) {
+                lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
+                return -1;
+            }
+            return 0;
+        }
+        cJSON *ev = cJSON_ParseWithLength(ss->ring[seq % SRV_EVENT_RING].json, ss->ring[seq % SRV_EVENT_RING].len);
+        ss->sent_upto = seq;
+        pthread_mutex_unlock(&ss->lock);
+        if (ev) c->d->translate(c->dst, (srv_link *)c, ev);
+        cJSON_Delete(ev);
+    }
+    lws_callback_on_writable(wsi);
+    return 0;
+}
+
+/* ---- waking up ------------------------------------------------------------------------ */
 
 /* After a wake-up: connections with something to send get a writeable
  * callback; expired sessions go; a draining server stops sessions. */
@@ -594,7 +687,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         if (c && c->breq) return srv_batch_body(s, wsi, c->breq, in, len);
         break;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (c && c->breq) return srv_batch_body_done(s, wsi, c->breq);
+        if (c && c->breq) return srv_batch_body_done(s, wsi, &c->breq);
         break;
     case LWS_CALLBACK_HTTP_WRITEABLE:
         if (c && c->breq) return srv_batch_writeable(s, wsi, &c->breq);
@@ -614,10 +707,16 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         c->ss = srv_session_new(s);
         if (!c->ss) return -1;
         c->ss->wsi = wsi;
+        c->wsi = wsi;
         srv_session_ref(s, c->ss); /* the connection's */
-        if (strcmp(uri, "/v1/stream") != 0 && strcmp(uri, "/") != 0) {
+        if (!strcmp(uri, "/v1/realtime")) c->d = &srv_dialect_openai_rt;
+        if (!strcmp(uri, "/v1/listen")) c->d = &srv_dialect_deepgram;
+        if (c->d && !(c->dst = c->d->open((srv_link *)c, wsi))) return -1;
+        if (!c->d && strcmp(uri, "/v1/stream") != 0 && strcmp(uri, "/") != 0) {
             srv_session_error(s, c->ss, "not_found",
-                              "WebSocket endpoints: /v1/stream, /v1/feeds/NAME", 1);
+                              "WebSocket endpoints: /v1/stream, /v1/feeds/NAME, /v1/realtime, /v1/listen", 1);
+        } else if (c->d && !srv_compat_authorized(s, wsi)) {
+            srv_session_error(s, c->ss, "unauthorized", "a valid API key is needed (Authorization header)", 1);
         } else if (atomic_load(&s->draining)) {
             srv_session_error(s, c->ss, "shutting_down", "the server is shutting down", 1);
         } else {
@@ -630,6 +729,11 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
                 atomic_fetch_add(&s->m.sessions_rejected, 1);
                 srv_session_error(s, c->ss, "overloaded", "the server has no free session slot", 1);
             }
+        }
+        if (c->d) {
+            if (!c->ss->closing && c->d->welcome) c->d->welcome(c->dst, (srv_link *)c);
+            lws_callback_on_writable(wsi);
+            return 0;
         }
         cJSON *e = cJSON_CreateObject();
         if (e && !c->ss->closing) {
@@ -668,8 +772,10 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             char why[128];
             snprintf(why, sizeof why, "messages are limited to %d bytes", s->opt.max_frame_bytes);
             srv_session_error(s, c->ss, "frame_too_large", why, 0);
+        } else if (c->d) {
+            c->d->receive(c->dst, (srv_link *)c, lws_frame_is_binary(wsi), c->rx, c->rx_len);
         } else if (lws_frame_is_binary(wsi)) {
-            on_audio(s, c);
+            on_audio(s, c->ss, c->rx, c->rx_len);
         } else {
             on_text(s, wsi, c);
         }
@@ -680,7 +786,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_SERVER_WRITEABLE:
         if (c->viewer) return viewer_write(s, wsi, c);
         if (!c->ss) return -1;
-        return write_next(s, wsi, c);
+        return c->d ? dialect_write(s, wsi, c) : write_next(s, wsi, c);
     case LWS_CALLBACK_CLOSED:
         if (c->viewer) {
             if (c->ss) {
@@ -694,12 +800,21 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             pthread_mutex_lock(&c->ss->lock);
             c->ss->wsi = NULL;
             c->ss->detached_at = srv_now();
+            /* dialects have no resume: the session goes at the next reap */
+            if (c->d) c->ss->detached_at -= s->opt.resume_grace_s + 1;
             pthread_mutex_unlock(&c->ss->lock);
             sotto_log(SOTTO_LOG_DEBUG, c->ss->id, "connection closed");
+            if (c->d) srv_wake(s);
             srv_session_unref(s, c->ss);
             c->ss = NULL;
             if (atomic_load(&s->draining)) srv_wake(s); /* maybe the last one */
         }
+        if (c->d && c->dst) c->d->close(c->dst);
+        c->dst = NULL;
+        for (int i = 0; i < c->n_outq; i++) free(c->outq[i]);
+        free(c->outq);
+        c->outq = NULL;
+        c->n_outq = c->cap_outq = 0;
         free(c->rx);
         free(c->tx);
         c->rx = c->tx = NULL;

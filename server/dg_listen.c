@@ -1,0 +1,394 @@
+/* dg_listen.c - Deepgram-style live transcription on /v1/listen
+ * (docs/COMPAT.md).
+ *
+ * Query: encoding (linear16, mulaw, alaw, opus = raw packets one per
+ * message or an Ogg stream, ogg-opus), sample_rate, channels, language,
+ * model, interim_results, endpointing (ms or false), utterance_end_ms,
+ * vad_events. Binary messages carry audio; text messages KeepAlive,
+ * Finalize, CloseStream.
+ * Server messages: Results (interim: the utterance's committed + tentative
+ * text; final: its text, is_final and speech_final, words with times
+ * interpolated over the utterance), SpeechStarted, UtteranceEnd, Metadata
+ * (after CloseStream, before the close), Error.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "compat.h"
+
+#include "subtitle.h"
+
+#include <ctype.h>
+#include <libwebsockets.h>
+#include <ogg/ogg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { E_LINEAR16, E_MULAW, E_ALAW, E_OPUS, E_OGG_OPUS };
+
+typedef struct dg {
+    srv_session *ss;
+    char request_id[40], model[64], language[16], created[32];
+    int enc, rate, channels;
+    int interim, vad_events, endpointing_ms, utterance_end_ms;
+    int bad;            /* the query was refused: everything else is ignored */
+    /* Ogg Opus */
+    int ogg, ogg_sync_ready, ogg_stream_ready, ogg_packets;
+    ogg_sync_state oy;
+    ogg_stream_state os;
+    /* progress */
+    double audio_s;     /* accepted audio, for interim durations */
+    double utt_start;
+    int ended[64];      /* recent utterances that ended by the VAD (their finals may lag) */
+    int finalize_pending;
+    char last_interim[2048];
+} dg;
+
+static void send_obj(srv_link *l, cJSON *o) {
+    if (!o) return;
+    srv_link_send(l, cJSON_PrintUnformatted(o));
+    cJSON_Delete(o);
+}
+
+static void send_error(srv_link *l, const char *variant, const char *msg, int fatal) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return;
+    cJSON_AddStringToObject(o, "type", "Error");
+    cJSON_AddStringToObject(o, "variant", variant);
+    cJSON_AddStringToObject(o, "description", msg);
+    cJSON_AddStringToObject(o, "message", msg);
+    send_obj(l, o);
+    if (fatal) srv_link_close_after(l, LWS_CLOSE_STATUS_POLICY_VIOLATION);
+}
+
+/* The value of query parameter name ("encoding=") into buf. */
+static int arg(struct lws *wsi, const char *name, char *buf, int sz) {
+    const char *v = lws_get_urlarg_by_name(wsi, name, buf, sz);
+    if (!v) return 0;
+    memmove(buf, v, strlen(v) + 1);
+    return 1;
+}
+
+static int is_true(const char *v) { return !strcmp(v, "true") || !strcmp(v, "1"); }
+
+static const char *parse_query(dg *d, struct lws *wsi) {
+    char v[96];
+    if (arg(wsi, "encoding=", v, sizeof v)) {
+        if (!strcmp(v, "linear16")) d->enc = E_LINEAR16;
+        else if (!strcmp(v, "mulaw")) d->enc = E_MULAW;
+        else if (!strcmp(v, "alaw")) d->enc = E_ALAW;
+        else if (!strcmp(v, "opus")) d->enc = E_OPUS;
+        else if (!strcmp(v, "ogg-opus")) d->enc = E_OGG_OPUS;
+        else return "encoding must be linear16, mulaw, alaw, opus or ogg-opus";
+    }
+    d->rate = d->enc == E_OPUS || d->enc == E_OGG_OPUS ? 48000 : d->enc == E_LINEAR16 ? 16000 : 8000;
+    if (arg(wsi, "sample_rate=", v, sizeof v)) {
+        d->rate = atoi(v);
+        if (d->rate < 8000 || d->rate > 48000) return "sample_rate must be 8000..48000";
+    }
+    d->channels = 1;
+    if (arg(wsi, "channels=", v, sizeof v)) {
+        d->channels = atoi(v);
+        if (d->channels < 1 || d->channels > 2) return "channels must be 1 or 2 (they are mixed to one)";
+    }
+    if (arg(wsi, "language=", v, sizeof v)) {
+        if (strlen(v) >= sizeof d->language) return "language must be a code such as en";
+        /* Deepgram's regional codes ("en-US") and "multi" */
+        char *dash = strchr(v, '-');
+        if (dash) *dash = '\0';
+        snprintf(d->language, sizeof d->language, "%s", strcmp(v, "multi") ? v : "auto");
+    }
+    if (arg(wsi, "model=", v, sizeof v)) snprintf(d->model, sizeof d->model, "%s", v);
+    if (arg(wsi, "interim_results=", v, sizeof v)) d->interim = is_true(v);
+    if (arg(wsi, "vad_events=", v, sizeof v)) d->vad_events = is_true(v);
+    if (arg(wsi, "endpointing=", v, sizeof v)) {
+        if (!strcmp(v, "false")) {
+            d->endpointing_ms = 10000;
+        } else if (strcmp(v, "true")) {
+            int ms = atoi(v);
+            if (ms < 0 || ms > 10000 || !isdigit((unsigned char)v[0])) return "endpointing must be milliseconds (0..10000) or false";
+            d->endpointing_ms = ms < 100 ? 100 : ms; /* sotto's VAD needs 100 ms of silence at least */
+        }
+    }
+    if (arg(wsi, "utterance_end_ms=", v, sizeof v)) {
+        d->utterance_end_ms = atoi(v);
+        if (d->utterance_end_ms < 1000 || d->utterance_end_ms > 5000) return "utterance_end_ms must be 1000..5000";
+    }
+    return NULL;
+}
+
+static void *dg_open(srv_link *l, struct lws *wsi) {
+    dg *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->ss = srv_link_session(l);
+    unsigned char rnd[16];
+    FILE *f = fopen("/dev/urandom", "rb");
+    size_t got = f ? fread(rnd, 1, sizeof rnd, f) : 0;
+    if (f) fclose(f);
+    for (size_t i = got; i < sizeof rnd; i++) rnd[i] = (unsigned char)(d->ss->id * 131 + i * 7);
+    rnd[6] = (unsigned char)((rnd[6] & 0x0f) | 0x40), rnd[8] = (unsigned char)((rnd[8] & 0x3f) | 0x80);
+    snprintf(d->request_id, sizeof d->request_id,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
+             rnd[3], rnd[4], rnd[5], rnd[6], rnd[7], rnd[8], rnd[9], rnd[10], rnd[11], rnd[12], rnd[13],
+             rnd[14], rnd[15]);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(d->created, sizeof d->created, "%Y-%m-%dT%H:%M:%S.000Z", &tm);
+    const char *why = parse_query(d, wsi);
+    char model[64], mwhy[200];
+    sotto_wfmt w;
+    if (!why && srv_compat_model(srv_link_srv(l), d->model, model, sizeof model, &w, mwhy, sizeof mwhy)) why = mwhy;
+    if (why) {
+        d->bad = 1;
+        send_error(l, "INVALID_QUERY_PARAMETER", why, 1);
+    }
+    d->ogg = d->enc == E_OGG_OPUS;
+    return d;
+}
+
+static void dg_close(void *st) {
+    dg *d = st;
+    if (d->ogg_stream_ready) ogg_stream_clear(&d->os);
+    if (d->ogg_sync_ready) ogg_sync_clear(&d->oy);
+    free(d);
+}
+
+static int start_session(srv_link *l, dg *d, int opus_channels) {
+    char model[64], why[200];
+    sotto_wfmt w;
+    if (srv_compat_model(srv_link_srv(l), d->model, model, sizeof model, &w, why, sizeof why)) return -1;
+    cJSON *m = cJSON_CreateObject(), *vad = cJSON_CreateObject();
+    if (!m || !vad) {
+        cJSON_Delete(m), cJSON_Delete(vad);
+        return -1;
+    }
+    int opus = d->enc == E_OPUS || d->enc == E_OGG_OPUS;
+    cJSON_AddStringToObject(m, "type", "start");
+    cJSON_AddStringToObject(m, "encoding", opus ? "opus" : "pcm_s16le");
+    cJSON_AddNumberToObject(m, "sample_rate", opus ? 48000 : d->rate);
+    cJSON_AddNumberToObject(m, "channels", opus && opus_channels ? opus_channels : d->channels);
+    if (model[0]) cJSON_AddStringToObject(m, "model", model);
+    cJSON_AddStringToObject(m, "weights", sotto_wfmt_name(w));
+    if (d->language[0]) cJSON_AddStringToObject(m, "language", d->language);
+    cJSON_AddBoolToObject(m, "partials", d->interim);
+    if (d->endpointing_ms) cJSON_AddNumberToObject(vad, "silence_ms", d->endpointing_ms);
+    cJSON_AddItemToObject(m, "vad", vad);
+    int rc = srv_link_start(l, m);
+    cJSON_Delete(m);
+    return rc;
+}
+
+static void push_pcm(srv_link *l, dg *d, const unsigned char *data, size_t len) {
+    if (d->enc == E_MULAW || d->enc == E_ALAW) {
+        unsigned char *s16 = srv_g711_to_s16le(data, len, d->enc == E_ALAW);
+        if (s16) srv_link_audio(l, s16, len * 2);
+        free(s16);
+        return;
+    }
+    srv_link_audio(l, data, len);
+}
+
+/* An Ogg stream: OpusHead, OpusTags, then one Opus packet per Ogg packet. */
+static void push_ogg(srv_link *l, dg *d, const unsigned char *data, size_t len) {
+    char *buf = ogg_sync_buffer(&d->oy, (long)len);
+    if (!buf) return;
+    memcpy(buf, data, len);
+    ogg_sync_wrote(&d->oy, (long)len);
+    ogg_page pg;
+    while (ogg_sync_pageout(&d->oy, &pg) == 1) {
+        if (!d->ogg_stream_ready) {
+            if (ogg_stream_init(&d->os, ogg_page_serialno(&pg))) return;
+            d->ogg_stream_ready = 1;
+        }
+        if (ogg_page_serialno(&pg) != d->os.serialno || ogg_stream_pagein(&d->os, &pg)) continue;
+        ogg_packet pk;
+        while (ogg_stream_packetout(&d->os, &pk) == 1) {
+            int k = d->ogg_packets++;
+            if (k == 0) {
+                if (pk.bytes < 19 || memcmp(pk.packet, "OpusHead", 8)) {
+                    send_error(l, "UNSUPPORTED_AUDIO", "the Ogg stream does not hold Opus (no OpusHead)", 1);
+                    d->bad = 1;
+                    return;
+                }
+                int ch = pk.packet[9];
+                if (!srv_link_started(l) && start_session(l, d, ch >= 1 && ch <= 2 ? ch : 2)) return;
+            } else if (k > 1 && pk.bytes > 0) { /* k == 1: OpusTags */
+                srv_link_audio(l, pk.packet, (size_t)pk.bytes);
+            }
+        }
+    }
+}
+
+static void dg_receive(void *st, srv_link *l, int binary, const unsigned char *data, size_t len) {
+    dg *d = st;
+    if (d->bad) return;
+    if (binary) {
+        if (len == 0) return;
+        if (d->enc == E_OPUS && !srv_link_started(l) && len >= 4 && !memcmp(data, "OggS", 4)) d->ogg = 1;
+        if (d->ogg) {
+            if (!d->ogg_sync_ready) ogg_sync_init(&d->oy), d->ogg_sync_ready = 1;
+            push_ogg(l, d, data, len);
+            return;
+        }
+        if (!srv_link_started(l) && start_session(l, d, 0)) return;
+        push_pcm(l, d, data, len);
+        return;
+    }
+    cJSON *msg = cJSON_ParseWithLength((const char *)data, len);
+    const cJSON *t = msg ? cJSON_GetObjectItemCaseSensitive(msg, "type") : NULL;
+    const char *type = cJSON_IsString(t) ? t->valuestring : NULL;
+    if (!type) {
+        send_error(l, "INVALID_MESSAGE", "text messages must be JSON with a type (KeepAlive, Finalize, CloseStream)", 0);
+    } else if (!strcmp(type, "KeepAlive")) {
+        /* nothing: the connection stays open */
+    } else if (!strcmp(type, "Finalize")) {
+        if (srv_link_started(l)) {
+            d->finalize_pending = 1;
+            srv_link_flush(l, 0);
+        }
+    } else if (!strcmp(type, "CloseStream")) {
+        srv_link_flush(l, 1);
+    } else {
+        char why[128];
+        snprintf(why, sizeof why, "unknown message type '%.48s' (KeepAlive, Finalize, CloseStream)", type);
+        send_error(l, "INVALID_MESSAGE", why, 0);
+    }
+    cJSON_Delete(msg);
+}
+
+/* ---- session events ---------------------------------------------------------------------- */
+
+static double dnum(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static cJSON *channel_index(void) {
+    cJSON *a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(0));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(1));
+    return a;
+}
+
+static void send_results(srv_link *l, dg *d, const char *text, double start, double end, int is_final,
+                         int speech_final, int from_finalize) {
+    while (*text == ' ') text++;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return;
+    cJSON_AddStringToObject(o, "type", "Results");
+    cJSON_AddItemToObject(o, "channel_index", channel_index());
+    cJSON_AddNumberToObject(o, "duration", end > start ? end - start : 0);
+    cJSON_AddNumberToObject(o, "start", start);
+    cJSON_AddBoolToObject(o, "is_final", is_final);
+    cJSON_AddBoolToObject(o, "speech_final", speech_final);
+    cJSON_AddBoolToObject(o, "from_finalize", from_finalize);
+    cJSON *ch = cJSON_AddObjectToObject(o, "channel"), *alts = cJSON_AddArrayToObject(ch, "alternatives");
+    cJSON *alt = cJSON_CreateObject();
+    cJSON_AddItemToArray(alts, alt);
+    cJSON_AddStringToObject(alt, "transcript", text);
+    cJSON_AddNumberToObject(alt, "confidence", 1.0); /* sotto has no confidence: docs/COMPAT.md */
+    cJSON *words = cJSON_AddArrayToObject(alt, "words");
+    sotto_word_span ws[512];
+    int n = sotto_cue_words(text, start, end, ws, 512);
+    for (int k = 0; k < n; k++) {
+        char pw[256], w[256];
+        snprintf(pw, sizeof pw, "%.*s", (int)ws[k].len, text + ws[k].off);
+        size_t m = 0; /* the word: lower case, without punctuation */
+        for (const char *p = pw; *p && m + 1 < sizeof w; p++)
+            if (!ispunct((unsigned char)*p) || *p == '\'' || *p == '-') w[m++] = (char)tolower((unsigned char)*p);
+        w[m] = '\0';
+        cJSON *wj = cJSON_CreateObject();
+        cJSON_AddStringToObject(wj, "word", w);
+        cJSON_AddNumberToObject(wj, "start", ws[k].start);
+        cJSON_AddNumberToObject(wj, "end", ws[k].end);
+        cJSON_AddNumberToObject(wj, "confidence", 1.0);
+        cJSON_AddStringToObject(wj, "punctuated_word", pw);
+        cJSON_AddItemToArray(words, wj);
+    }
+    cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+    cJSON_AddStringToObject(md, "request_id", d->request_id);
+    cJSON *mi = cJSON_AddObjectToObject(md, "model_info");
+    const char *name = d->ss->sm ? d->ss->sm->name : "sotto";
+    cJSON_AddStringToObject(mi, "name", name);
+    cJSON_AddStringToObject(mi, "version", d->ss->sm ? sotto_wfmt_name(d->ss->sm->weights) : "");
+    cJSON_AddStringToObject(mi, "arch", "whisper");
+    cJSON_AddStringToObject(md, "model_uuid", name);
+    send_obj(l, o);
+}
+
+static void dg_translate(void *st, srv_link *l, const cJSON *ev) {
+    dg *d = st;
+    const char *type = jstr(ev, "type");
+    if (!type) return;
+    if (!strcmp(type, "ack")) {
+        double off = dnum(ev, "offset");
+        d->audio_s = d->ss->encoding == SOTTO_ENCODING_OPUS ? off * 0.02 : off / (d->rate ? d->rate : 16000);
+    } else if (!strcmp(type, "speech_start")) {
+        d->utt_start = dnum(ev, "start");
+        d->last_interim[0] = '\0';
+        if (d->vad_events) {
+            cJSON *o = cJSON_CreateObject();
+            if (!o) return;
+            cJSON_AddStringToObject(o, "type", "SpeechStarted");
+            cJSON *c = cJSON_AddArrayToObject(o, "channel");
+            cJSON_AddItemToArray(c, cJSON_CreateNumber(0));
+            cJSON_AddNumberToObject(o, "timestamp", d->utt_start);
+            send_obj(l, o);
+        }
+    } else if (!strcmp(type, "partial") && d->interim) {
+        const char *c = jstr(ev, "committed"), *t = jstr(ev, "tentative");
+        char text[2048];
+        snprintf(text, sizeof text, "%s%s", c ? c : "", t ? t : "");
+        if (!strcmp(text, d->last_interim)) return;
+        snprintf(d->last_interim, sizeof d->last_interim, "%s", text);
+        send_results(l, d, text, d->utt_start, d->audio_s > d->utt_start ? d->audio_s : d->utt_start, 0, 0, 0);
+    } else if (!strcmp(type, "speech_end")) {
+        int u = (int)dnum(ev, "utterance");
+        d->ended[u % 64] = u;
+    } else if (!strcmp(type, "final")) {
+        int utt = (int)dnum(ev, "utterance");
+        const char *text = jstr(ev, "text");
+        double start = dnum(ev, "start"), end = dnum(ev, "end");
+        int speech_final = utt > 0 && d->ended[utt % 64] == utt;
+        send_results(l, d, text ? text : "", start, end, 1, speech_final, d->finalize_pending);
+        d->finalize_pending = 0;
+        d->last_interim[0] = '\0';
+        if (d->utterance_end_ms && speech_final) {
+            cJSON *o = cJSON_CreateObject();
+            if (!o) return;
+            cJSON_AddStringToObject(o, "type", "UtteranceEnd");
+            cJSON_AddItemToObject(o, "channel", channel_index());
+            cJSON_AddNumberToObject(o, "last_word_end", end);
+            send_obj(l, o);
+        }
+    } else if (!strcmp(type, "error")) {
+        const char *code = jstr(ev, "code"), *msg = jstr(ev, "message");
+        int fatal = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ev, "fatal"));
+        char variant[64];
+        snprintf(variant, sizeof variant, "%s", code ? code : "error");
+        for (char *p = variant; *p; p++) *p = (char)toupper((unsigned char)*p);
+        send_error(l, variant, msg ? msg : "error", fatal);
+    } else if (!strcmp(type, "done")) {
+        cJSON *o = cJSON_CreateObject();
+        if (!o) return;
+        cJSON_AddStringToObject(o, "type", "Metadata");
+        cJSON_AddStringToObject(o, "transaction_key", "deprecated");
+        cJSON_AddStringToObject(o, "request_id", d->request_id);
+        cJSON_AddStringToObject(o, "sha256", "");
+        cJSON_AddStringToObject(o, "created", d->created);
+        cJSON_AddNumberToObject(o, "duration", dnum(ev, "audio_seconds") + dnum(ev, "dropped_seconds"));
+        cJSON_AddNumberToObject(o, "channels", 1);
+        cJSON_AddItemToObject(o, "models", cJSON_CreateArray());
+        cJSON_AddItemToObject(o, "model_info", cJSON_CreateObject());
+        send_obj(l, o);
+    }
+    /* hello, ready, commit, language, warning, pong: nothing to say */
+}
+
+const srv_dialect srv_dialect_deepgram = {"deepgram", dg_open, NULL, dg_receive, dg_translate, dg_close};
