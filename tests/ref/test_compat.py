@@ -340,9 +340,11 @@ def dg_client(srv, key=KEY):
     return DeepgramClient(api_key=key, environment=env)
 
 
-def dg_session(srv, pcm16k, finalize_at=None, key=KEY, **query):
-    """Streams 16 kHz PCM through the SDK's live client at 5x real time; returns
-    the messages (as dicts) in order."""
+def dg_session(srv, chunks, chunk_s, finalize_at=None, key=KEY, tail=(), **query):
+    """Streams audio messages (chunks, chunk_s seconds each) through the SDK's
+    live client at 5x real time, then `tail` messages and CloseStream; returns
+    the server's messages (as dicts) in order. finalize_at: chunk index after
+    which a Finalize is sent."""
     from deepgram.core.events import EventType
     client = dg_client(srv, key)
     msgs = []
@@ -350,13 +352,13 @@ def dg_session(srv, pcm16k, finalize_at=None, key=KEY, **query):
         sock.on(EventType.MESSAGE, lambda m: msgs.append(m if isinstance(m, dict) else m.dict()))
 
         def feed():
-            step = 3200  # 100 ms
-            for i in range(0, len(pcm16k), step):
-                sock.send_media(pcm16k[i:i + step])
-                time.sleep(0.02)
-                if finalize_at is not None and i <= finalize_at < i + step:
+            for i, c in enumerate(chunks):
+                sock.send_media(c)
+                time.sleep(chunk_s / 5)
+                if finalize_at == i:
                     sock.send_finalize()
-            sock.send_media(b"\0\0" * 16000 * 2)  # 2 s of silence ends the last utterance
+            for c in tail:
+                sock.send_media(c)
             sock.send_close_stream()
 
         th = threading.Thread(target=feed)
@@ -366,9 +368,20 @@ def dg_session(srv, pcm16k, finalize_at=None, key=KEY, **query):
     return msgs
 
 
+def pcm_chunks(pcm, rate, ms=100):
+    step = rate * ms // 1000 * 2
+    return [pcm[i:i + step] for i in range(0, len(pcm), step)]
+
+
+def final_text(msgs):
+    return " ".join(m["channel"]["alternatives"][0]["transcript"] for m in msgs
+                    if m.get("type") == "Results" and m.get("is_final"))
+
+
 def section_deepgram(ck, srv, args, clip, tmp):
     pcm = pcm_at(clip["file"], 16000, tmp)
-    msgs = dg_session(srv, pcm, model="nova-3", encoding="linear16", sample_rate=16000, channels=1,
+    silence = [b"\0\0" * 16000 * 2]  # 2 s: the last utterance ends by the VAD
+    msgs = dg_session(srv, pcm_chunks(pcm, 16000), 0.1, tail=silence, model="nova-3", encoding="linear16", sample_rate=16000, channels=1,
                       language="en-US", interim_results="true", vad_events="true", utterance_end_ms="1000",
                       endpointing="800")
     types = [m.get("type") for m in msgs]
@@ -394,16 +407,36 @@ def section_deepgram(ck, srv, args, clip, tmp):
         if not f.get("speech_final"):
             probs.append("a final that the VAD ended is not speech_final")
     ck.problems("deepgram: finals are speech_final, with words spelling the transcript inside their times", probs)
-    text = " ".join(f["channel"]["alternatives"][0]["transcript"] for f in finals)
+    text = final_text(msgs)
     e, n = rc.edit_distance(words(clip["text"]), words(text)), len(words(clip["text"]))
     ck.ok("deepgram: the final transcript matches the reference", e <= max(3, n // 10), f"{e}/{n} word errors")
 
-    msgs = dg_session(srv, pcm, finalize_at=len(pcm) // 4, model="nova-2", encoding="linear16", sample_rate=16000,
-                      interim_results="false")
+    chunks = pcm_chunks(pcm, 16000)
+    msgs = dg_session(srv, chunks, 0.1, finalize_at=len(chunks) // 4, tail=silence, model="nova-2",
+                      encoding="linear16", sample_rate=16000, interim_results="false")
     finals = [m for m in msgs if m.get("type") == "Results"]
     ck.ok("deepgram: Finalize yields a from_finalize result; no interims when not asked",
           any(m.get("from_finalize") for m in finals) and all(m.get("is_final") for m in finals),
           f"{len(finals)} results")
+
+    # Opus: raw 20 ms packets, one per message, and an Ogg Opus stream (opusenc) in 4 KB pieces
+    pcm48 = pcm_at(clip["file"], 48000, tmp)
+    packets = sc.opus_packets(pcm48 + b"\0\0" * 48000 * 2)
+    msgs = dg_session(srv, packets, 0.02, model="nova-3", encoding="opus", sample_rate=48000)
+    e, n = rc.edit_distance(words(clip["text"]), words(final_text(msgs))), len(words(clip["text"]))
+    ck.ok("deepgram (encoding=opus, raw packets): the transcript matches the reference", e <= max(3, n // 10),
+          f"{e}/{n} word errors")
+    ogg = os.path.join(tmp, "clip.opus")
+    padded = os.path.join(tmp, "padded.wav")
+    subprocess.run(["sox", clip["file"], padded, "pad", "0", "2"], check=True)
+    subprocess.run(["opusenc", "--quiet", "--bitrate", "32", padded, ogg], check=True)
+    with open(ogg, "rb") as f:
+        data = f.read()
+    pieces = [data[i:i + 4096] for i in range(0, len(data), 4096)]
+    msgs = dg_session(srv, pieces, (clip["seconds"] + 2) / len(pieces), model="nova-3", encoding="ogg-opus")
+    e, n = rc.edit_distance(words(clip["text"]), words(final_text(msgs))), len(words(clip["text"]))
+    ck.ok("deepgram (encoding=ogg-opus, an Ogg stream in pieces): the transcript matches the reference",
+          e <= max(3, n // 10), f"{e}/{n} word errors")
 
 
 # ---------------------------------------------------------------------------------------------
