@@ -511,6 +511,10 @@ def section_errors(ck, srv, args, clip, tmp):
             await conn.send({"type": "input_audio_buffer.commit"})
             await conn.send({"type": "input_audio_buffer.append", "audio": "***not base64***"})
             await conn.send({"type": "session.update", "session": {"type": "realtime"}})
+            await conn.send({"type": "session.update", "session": {"type": "transcription", "audio": {
+                "input": {"format": {"type": "audio/flac"}}}}})
+            await conn.send({"type": "input_audio_buffer.append"})
+            await conn.send_raw("x" * (1 << 20 + 1))  # over --max-frame-bytes
             pcm = pcm_at(path, 24000, tmp)[:24000 * 2 * 6]
             await conn.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
             await conn.send({"type": "input_audio_buffer.commit"})
@@ -523,9 +527,11 @@ def section_errors(ck, srv, args, clip, tmp):
     got = sc.run(rt_errors())
     errs = [e.error for e in got if e.type == "error"]
     codes = [getattr(e, "code", None) for e in errs]
-    ck.ok("realtime: unknown event, empty commit, bad base64, wrong session type each get an error event",
-          len(errs) == 4 and "unknown_event" in codes and "input_audio_buffer_commit_empty" in codes
-          and all(e.type == "invalid_request_error" and e.message for e in errs), str(codes))
+    ck.ok("realtime: unknown event, empty commit, bad base64, wrong session type, wrong audio format, "
+          "append without audio, an oversized message: an error event each",
+          len(errs) == 7 and "unknown_event" in codes and "input_audio_buffer_commit_empty" in codes
+          and "frame_too_large" in codes and all(e.type == "invalid_request_error" and e.message for e in errs),
+          str(codes))
     ck.ok("realtime: after the errors the session still transcribes",
           any(e.type.endswith("transcription.completed") and e.transcript for e in got))
 
@@ -570,6 +576,11 @@ def section_errors(ck, srv, args, clip, tmp):
                               json.dumps({"type": "CloseStream"})]))
     ck.ok("deepgram: an unknown message gets an Error; KeepAlive is fine; CloseStream ends with Metadata",
           [m.get("type") for m in got] == ["Error", "Metadata"], str(got)[:200])
+    got = sc.run(dg_raw("encoding=linear16&sample_rate=16000",
+                        send=[b"\x01\x02\x03", b"\0" * 3200, json.dumps({"type": "CloseStream"})]))
+    ck.ok("deepgram: audio of an odd length gets an Error; the stream goes on to Metadata",
+          [m.get("type") for m in got] == ["Error", "Metadata"] and got[0].get("variant") == "BAD_AUDIO",
+          str(got)[:200])
     got = sc.run(dg_raw("encoding=linear16", key="wrong-key-000000"))
     ck.ok("deepgram: a wrong key gets an Error and the connection closes",
           len(got) == 1 and got[0].get("type") == "Error", str(got)[:200])
