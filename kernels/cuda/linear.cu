@@ -1,0 +1,249 @@
+// linear.cu - skinny weight-only GEMM (decode-sized batches) for every sotto
+// weight format; see cuda_linear.h.
+#include "cuda_internal.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sotto_cuda_wmat {
+    sotto_wfmt fmt;
+    int rows, cols;
+    float global_scale;
+    void *data, *scales;
+    size_t bytes;
+};
+
+// What a kernel needs, by value.
+struct WDev {
+    const void *data, *scales;
+    int rows, cols;
+    float gs;
+};
+
+__constant__ float c_nf4[16];
+__constant__ float c_e2m1[8];
+__constant__ float c_e4m3[256];
+
+static int cuda_fail(sotto_err *err, cudaError_t e, const char *what) {
+    return sotto_err_set(err, SOTTO_E_INTERNAL, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+extern "C" int sotto_cuda_available(char *name, size_t name_sz, char *why, size_t why_sz) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(why, why_sz, "%s", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+        return 0;
+    }
+    cudaDeviceProp p;
+    if ((e = cudaGetDeviceProperties(&p, 0)) != cudaSuccess) {
+        snprintf(why, why_sz, "%s", cudaGetErrorString(e));
+        return 0;
+    }
+    snprintf(name, name_sz, "%s (sm_%d%d, %.0f GiB)", p.name, p.major, p.minor, p.totalGlobalMem / 1073741824.0);
+    if (p.major < 8) {
+        snprintf(why, why_sz, "%s is sm_%d%d; sotto's kernels are built for sm_80 and sm_90", p.name, p.major, p.minor);
+        return 0;
+    }
+    return 1;
+}
+
+extern "C" int sotto__cuda_set_tables(const float *t, sotto_err *err) {
+    cudaError_t e;
+    if ((e = cudaMemcpyToSymbol(c_nf4, t, sizeof(float) * 16)) != cudaSuccess ||
+        (e = cudaMemcpyToSymbol(c_e2m1, t + 16, sizeof(float) * 8)) != cudaSuccess ||
+        (e = cudaMemcpyToSymbol(c_e4m3, t + 24, sizeof(float) * 256)) != cudaSuccess)
+        return cuda_fail(err, e, "code tables");
+    return SOTTO_OK;
+}
+
+extern "C" void *sotto_cuda_malloc(size_t bytes, sotto_err *err) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cuda_fail(err, e, "cudaMalloc");
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void sotto_cuda_free(void *p) {
+    if (p) cudaFree(p);
+}
+
+extern "C" int sotto_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, sotto_err *err) {
+    cudaError_t e = cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "cudaMemcpy");
+}
+
+extern "C" sotto_cuda_wmat *sotto__cuda_wmat_new(sotto_wfmt fmt, int rows, int cols, float global_scale,
+                                                 const void *data, size_t data_bytes, const void *scales,
+                                                 size_t scale_bytes, sotto_err *err) {
+    sotto_cuda_wmat *w = (sotto_cuda_wmat *)calloc(1, sizeof *w);
+    if (!w) {
+        sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    w->fmt = fmt, w->rows = rows, w->cols = cols, w->global_scale = global_scale;
+    if (!(w->data = sotto_cuda_malloc(data_bytes, err)) || sotto_cuda_copy(w->data, data, data_bytes, 1, err) ||
+        (scale_bytes && (!(w->scales = sotto_cuda_malloc(scale_bytes, err)) ||
+                         sotto_cuda_copy(w->scales, scales, scale_bytes, 1, err)))) {
+        sotto_cuda_wmat_free(w);
+        return NULL;
+    }
+    w->bytes = data_bytes + scale_bytes;
+    return w;
+}
+
+extern "C" void sotto_cuda_wmat_free(sotto_cuda_wmat *w) {
+    if (!w) return;
+    sotto_cuda_free(w->data);
+    sotto_cuda_free(w->scales);
+    free(w);
+}
+
+extern "C" size_t sotto_cuda_wmat_bytes(const sotto_cuda_wmat *w) { return w ? w->bytes : 0; }
+
+// ---- decoding 8 consecutive weights (g: element index, a multiple of 8) ----------------
+
+__device__ __forceinline__ float bf16(uint32_t h) { return __uint_as_float(h << 16); }
+
+__device__ __forceinline__ float e2m1(const float *tab, uint32_t q) {
+    float m = tab[q & 7];
+    return (q & 8) ? -m : m;
+}
+
+template <int FMT>
+__device__ __forceinline__ void decode8(const WDev &w, const float *s_nf4, const float *s_e2m1, size_t g,
+                                        float v[8]) {
+    if (FMT == SOTTO_WFMT_F32) {
+        const float4 *p = (const float4 *)((const float *)w.data + g);
+        float4 a = __ldg(p), b = __ldg(p + 1);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else if (FMT == SOTTO_WFMT_BF16) {
+        uint4 u = __ldg((const uint4 *)((const uint16_t *)w.data + g));
+        uint32_t q[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[2 * k] = bf16(q[k] & 0xffffu), v[2 * k + 1] = bf16(q[k] >> 16);
+    } else if (FMT == SOTTO_WFMT_Q8) {
+        uint2 u = __ldg((const uint2 *)((const int8_t *)w.data + g));
+        float s = __ldg((const float *)w.scales + g / 32);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v[k] = (float)(int8_t)(u.x >> (8 * k)) * s;
+            v[4 + k] = (float)(int8_t)(u.y >> (8 * k)) * s;
+        }
+    } else if (FMT == SOTTO_WFMT_NF4) { // element 2i in the high nibble of byte i
+        uint32_t u = __ldg((const uint32_t *)((const uint8_t *)w.data + g / 2));
+        float am = __ldg((const float *)w.scales + g / 64);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t b = (u >> (8 * i)) & 255u;
+            v[2 * i] = s_nf4[b >> 4] * am;
+            v[2 * i + 1] = s_nf4[b & 15] * am;
+        }
+    } else { // NVFP4: element 2i in the low nibble
+        uint32_t u = __ldg((const uint32_t *)((const uint8_t *)w.data + g / 2));
+        float s = c_e4m3[__ldg((const uint8_t *)w.scales + g / 16)] * w.gs;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t b = (u >> (8 * i)) & 255u;
+            v[2 * i] = e2m1(s_e2m1, b & 15) * s;
+            v[2 * i + 1] = e2m1(s_e2m1, b >> 4) * s;
+        }
+    }
+}
+
+#define NB 8 // input rows per pass over the weights
+
+// One warp per output feature; VEC: cols % 8 == 0 (always for the block formats).
+template <int FMT, bool VEC>
+__global__ void __launch_bounds__(256) skinny(WDev w, const float *__restrict__ x, int n,
+                                              const float *__restrict__ bias, float *__restrict__ y) {
+    __shared__ float s_nf4[16], s_e2m1[8];
+    if (threadIdx.x < 16) s_nf4[threadIdx.x] = c_nf4[threadIdx.x];
+    if (threadIdx.x < 8) s_e2m1[threadIdx.x] = c_e2m1[threadIdx.x];
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= w.rows) return;
+    const int cols = w.cols;
+    const size_t base = (size_t)row * (size_t)cols;
+    for (int n0 = 0; n0 < n; n0 += NB) {
+        const int nb = n - n0 < NB ? n - n0 : NB;
+        float acc[NB];
+#pragma unroll
+        for (int j = 0; j < NB; j++) acc[j] = 0.f;
+        if (VEC) {
+            for (int e = lane * 8; e < cols; e += 256) {
+                float v[8];
+                decode8<FMT>(w, s_nf4, s_e2m1, base + (size_t)e, v);
+#pragma unroll
+                for (int j = 0; j < NB; j++) {
+                    if (j < nb) {
+                        const float4 *xp = (const float4 *)(x + (size_t)(n0 + j) * cols + e);
+                        float4 a = __ldg(xp), b = __ldg(xp + 1);
+                        float t = acc[j];
+                        t = fmaf(v[0], a.x, t), t = fmaf(v[1], a.y, t), t = fmaf(v[2], a.z, t);
+                        t = fmaf(v[3], a.w, t), t = fmaf(v[4], b.x, t), t = fmaf(v[5], b.y, t);
+                        t = fmaf(v[6], b.z, t), t = fmaf(v[7], b.w, t);
+                        acc[j] = t;
+                    }
+                }
+            }
+        } else {
+            for (int c = lane; c < cols; c += 32) {
+                float wv = FMT == SOTTO_WFMT_F32 ? __ldg((const float *)w.data + base + c)
+                                                 : bf16(__ldg((const uint16_t *)w.data + base + c));
+#pragma unroll
+                for (int j = 0; j < NB; j++)
+                    if (j < nb) acc[j] = fmaf(wv, __ldg(x + (size_t)(n0 + j) * cols + c), acc[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            float t = acc[j];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
+            if (lane == 0 && j < nb) y[(size_t)(n0 + j) * w.rows + row] = t + (bias ? bias[row] : 0.f);
+        }
+    }
+}
+
+extern "C" int sotto_cuda_linear_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n,
+                                       float *y, sotto_err *err) {
+    if (n <= 0) return SOTTO_OK;
+    WDev d = {w->data, w->scales, w->rows, w->cols, w->global_scale};
+    dim3 block(256), grid((unsigned)((w->rows + 7) / 8));
+    const bool vec = w->cols % 8 == 0;
+    switch (w->fmt) {
+    case SOTTO_WFMT_F32:
+        if (vec) skinny<SOTTO_WFMT_F32, true><<<grid, block>>>(d, x, n, bias, y);
+        else skinny<SOTTO_WFMT_F32, false><<<grid, block>>>(d, x, n, bias, y);
+        break;
+    case SOTTO_WFMT_BF16:
+        if (vec) skinny<SOTTO_WFMT_BF16, true><<<grid, block>>>(d, x, n, bias, y);
+        else skinny<SOTTO_WFMT_BF16, false><<<grid, block>>>(d, x, n, bias, y);
+        break;
+    case SOTTO_WFMT_Q8: skinny<SOTTO_WFMT_Q8, true><<<grid, block>>>(d, x, n, bias, y); break;
+    case SOTTO_WFMT_NF4: skinny<SOTTO_WFMT_NF4, true><<<grid, block>>>(d, x, n, bias, y); break;
+    case SOTTO_WFMT_NVFP4: skinny<SOTTO_WFMT_NVFP4, true><<<grid, block>>>(d, x, n, bias, y); break;
+    default: return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
+    }
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "kernel launch");
+}
+
+extern "C" int sotto_cuda_sync(sotto_err *err) {
+    cudaError_t e = cudaDeviceSynchronize();
+    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "kernel");
+}
+
+extern "C" int sotto_cuda_linear(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
+                                 sotto_err *err) {
+    int rc = sotto_cuda_linear_async(w, bias, x, n, y, err);
+    return rc ? rc : sotto_cuda_sync(err);
+}

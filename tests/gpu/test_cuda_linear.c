@@ -1,0 +1,128 @@
+/* test_cuda_linear.c - the CUDA skinny GEMM (kernels/cuda/linear.cu) against
+ * its plain-C twin sotto_linear_ref (scalar decode, double sums), for every
+ * weight format (NF4 with and
+ * without double quantization) on random inputs of several shapes, odd ones
+ * included, with and without bias.
+ *
+ * Needs a CUDA device: without one it prints why and exits 77 ("not run"),
+ * never 0. tests/gpu/check.sh runs it on the device machine.
+ */
+#include "check.h"
+#include "cuda_linear.h"
+#include "linear_internal.h"
+#include "linear_ref.h"
+#include "quant.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+typedef struct {
+    sotto_wmat w;
+    void *data, *scales;
+    sotto_nf4_dq dq;
+    uint8_t *codes;
+    float *nested;
+} qmat;
+
+static int make(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src, int dq) {
+    memset(q, 0, sizeof *q);
+    q->w.fmt = fmt, q->w.rows = rows, q->w.cols = cols;
+    size_t n = (size_t)rows * cols;
+    q->data = calloc(n * 4 + 64, 1), q->scales = calloc(n + 64, 1);
+    q->w.data = q->data, q->w.scales = q->scales;
+    if (fmt == SOTTO_WFMT_NVFP4) {
+        float amax = 0;
+        for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
+        q->w.global_scale = sotto_nvfp4_global_scale(amax);
+    }
+    if (sotto_quantize_rows(&q->w, q->data, q->scales, src, 0, rows)) return -1;
+    if (dq) {
+        size_t nb = n / 64;
+        q->codes = malloc(nb), q->nested = malloc(sizeof(float) * (nb / 256 + 1));
+        sotto_nf4_double_quant(q->scales, nb, q->codes, q->nested, &q->dq.offset);
+        q->dq.codes = q->codes, q->dq.nested_absmax = q->nested;
+        q->w.nf4_dq = &q->dq;
+    }
+    return 0;
+}
+
+static void run_case(sotto_wfmt fmt, int dq, int rows, int cols, int n, int with_bias) {
+    size_t nw = (size_t)rows * cols;
+    float *src = malloc(sizeof(float) * nw), *x = malloc(sizeof(float) * (size_t)n * cols);
+    float *bias = malloc(sizeof(float) * rows), *y_cpu = malloc(sizeof(float) * (size_t)n * rows);
+    float *y_gpu = malloc(sizeof(float) * (size_t)n * rows), *mag = calloc((size_t)n * rows, sizeof(float));
+    for (size_t i = 0; i < nw; i++) src[i] = frand() * 0.05f;
+    for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
+    for (int i = 0; i < rows; i++) bias[i] = frand();
+    qmat q;
+    CHECK(make(&q, fmt, rows, cols, src, dq) == 0);
+    sotto_linear_ref(&q.w, with_bias ? bias : NULL, x, n, y_cpu, 0);
+    /* error scale of each output: sum |w| |x| over the row (decoded weights) */
+    float *wrow = malloc(sizeof(float) * cols);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) wrow[c] = sotto__wmat_get(&q.w, (size_t)r, c);
+        for (int i = 0; i < n; i++) {
+            double s = 0;
+            for (int c = 0; c < cols; c++) s += fabs(wrow[c]) * fabs(x[(size_t)i * cols + c]);
+            mag[(size_t)i * rows + r] = (float)s + 1e-6f;
+        }
+    }
+    sotto_err err = {0};
+    sotto_cuda_wmat *d = sotto_cuda_wmat_upload(&q.w, &err);
+    CHECK_MSG(d != NULL, "%s", err.msg);
+    float *dx = sotto_cuda_malloc(sizeof(float) * (size_t)n * cols, &err);
+    float *dy = sotto_cuda_malloc(sizeof(float) * (size_t)n * rows, &err);
+    float *db = sotto_cuda_malloc(sizeof(float) * rows, &err);
+    if (d && dx && dy && db) {
+        CHECK(sotto_cuda_copy(dx, x, sizeof(float) * (size_t)n * cols, 1, &err) == 0);
+        CHECK(sotto_cuda_copy(db, bias, sizeof(float) * rows, 1, &err) == 0);
+        CHECK_MSG(sotto_cuda_linear(d, with_bias ? db : NULL, dx, n, dy, &err) == 0, "%s", err.msg);
+        CHECK(sotto_cuda_copy(y_gpu, dy, sizeof(float) * (size_t)n * rows, 0, &err) == 0);
+        double worst = 0;
+        size_t at = 0;
+        for (size_t i = 0; i < (size_t)n * rows; i++) {
+            double e = fabs((double)y_gpu[i] - y_cpu[i]) / mag[i];
+            if (e > worst || e != e) worst = e, at = i;
+        }
+        CHECK_MSG(worst < 2e-5, "%s%s %dx%d n=%d bias=%d: relative error %.3g at %zu (gpu %.9g cpu %.9g)",
+                  sotto_wfmt_name(fmt), dq ? "+dq" : "", rows, cols, n, with_bias, worst, at, y_gpu[at],
+                  y_cpu[at]);
+        printf("  %-8s %6d x %-5d n=%-3d bias=%d  max rel err %.2e  (%zu device bytes)\n",
+               dq ? "nf4+dq" : sotto_wfmt_name(fmt), rows, cols, n, with_bias, worst, sotto_cuda_wmat_bytes(d));
+    }
+    sotto_cuda_free(dx), sotto_cuda_free(dy), sotto_cuda_free(db);
+    sotto_cuda_wmat_free(d);
+    free(q.data), free(q.scales), free(q.codes), free(q.nested);
+    free(src), free(x), free(bias), free(y_cpu), free(y_gpu), free(mag), free(wrow);
+}
+
+int main(void) {
+    char name[256], why[256];
+    if (!sotto_cuda_available(name, sizeof name, why, sizeof why)) {
+        fprintf(stderr, "test_cuda_linear: not run: %s\n", why);
+        return 77;
+    }
+    printf("device: %s\n", name);
+    static const struct {
+        int rows, cols;
+    } shapes[] = {{1, 64}, {3, 128}, {384, 384}, {1536, 384}, {7, 1536}, {1280, 5120}, {51865, 384}, {257, 1024}};
+    static const int ns[] = {1, 3, 8, 16, 32};
+    for (int f = 0; f < SOTTO_WFMT_COUNT; f++)
+        for (int dq = 0; dq <= (f == SOTTO_WFMT_NF4); dq++)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+                    if (shapes[s].rows * (size_t)shapes[s].cols > 4000000 && ns[k] > 1) continue;
+                    run_case((sotto_wfmt)f, dq, shapes[s].rows, shapes[s].cols, ns[k], (int)(k % 2));
+                }
+    /* odd shapes where the format allows them (f32, bf16: any cols) */
+    run_case(SOTTO_WFMT_F32, 0, 5, 77, 3, 1);
+    run_case(SOTTO_WFMT_BF16, 0, 33, 129, 9, 0);
+    run_case(SOTTO_WFMT_BF16, 0, 1, 1, 1, 1);
+    return check_report();
+}
