@@ -27,7 +27,8 @@ static void usage(FILE *f) {
             "\n"
             "  --server URL          ws://HOST:PORT/v1/stream (default ws://127.0.0.1:8765/v1/stream)\n"
             "  --list-devices        print the input devices and exit\n"
-            "  --device N            capture from input device N (default: the system's default)\n"
+            "  --device N|NAME       capture from input device N, or the one named NAME (or whose\n"
+            "                        name contains NAME); default: the system's default\n"
             "  --file WAV            stream a WAV file at real-time pace instead\n"
             "  --speed X             file pace, 1 = real time (default 1)\n"
             "  --output FILE         also write the final text to FILE, a line per utterance\n"
@@ -44,7 +45,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     mic_link_opts lo = {"ws://127.0.0.1:8765/v1/stream", 0, NULL, NULL, NULL, NULL, 0, 0, 20};
-    mic_source_opts so = {NULL, -1, 1.0, 0, &g_interrupt};
+    mic_source_opts so = {NULL, -1, 1.0, 0, &g_interrupt, NULL};
     int list = 0;
     sotto_log_set_level(SOTTO_LOG_WARN);
     for (int i = 1; i < argc; i++) {
@@ -63,7 +64,10 @@ int main(int argc, char **argv) {
         } else if (ARG("--server")) {
             lo.url = v;
         } else if (ARG("--device")) {
-            so.device = atoi(v);
+            if (v[0] && strspn(v, "0123456789") == strlen(v))
+                so.device = atoi(v);
+            else
+                so.device_name = v;
         } else if (ARG("--file")) {
             so.file = v;
         } else if (ARG("--speed")) {

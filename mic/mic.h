@@ -49,6 +49,8 @@ typedef struct mic_source_opts {
     double speed;      /* file pace: 1 = real time */
     int bitrate;       /* Opus bits/s, 0: libopus's default */
     atomic_int *interrupt; /* set (Ctrl-C): the source flushes its last frame and ends */
+    const char *device_name; /* non-NULL: the input device of this name (exact, else the
+                                only one whose name contains it), instead of `device` */
 } mic_source_opts;
 
 typedef struct mic_source mic_source;

@@ -105,9 +105,12 @@ static void *device_thread(void *arg) {
     mic_source *s = arg;
     const int chunk = s->dev_rate / 100; /* 10 ms reads */
     float *in = malloc(sizeof(float) * (size_t)chunk);
-    size_t cap = s->rs ? sotto_resampler_max_out(s->rs, (size_t)chunk) : 0;
-    float *out = cap ? malloc(sizeof(float) * cap) : NULL;
-    while (in && (!s->rs || out) && !atomic_load(&s->stop) && !atomic_load(s->o.interrupt)) {
+    /* The converter's output lags its input by the filter delay, so what one
+     * chunk may produce (sotto_resampler_max_out) changes from call to call:
+     * the buffer grows when it has to. */
+    size_t cap = 0;
+    float *out = NULL;
+    while (in && !atomic_load(&s->stop) && !atomic_load(s->o.interrupt)) {
         PaError e = Pa_ReadStream(s->stream, in, (unsigned long)chunk);
         if (e != paNoError && e != paInputOverflowed) {
             SOTTO_ERROR("audio capture: %s", Pa_GetErrorText(e));
@@ -115,8 +118,21 @@ static void *device_thread(void *arg) {
         }
         if (e == paInputOverflowed) SOTTO_WARN("audio capture: input overflow (samples lost)");
         if (s->rs) {
-            size_t n = 0;
-            sotto_resampler_process(s->rs, in, (size_t)chunk, out, cap, &n);
+            size_t need = sotto_resampler_max_out(s->rs, (size_t)chunk), n = 0;
+            if (need > cap) {
+                float *grown = realloc(out, sizeof(float) * need);
+                if (!grown) {
+                    SOTTO_ERROR("audio capture: out of memory");
+                    break;
+                }
+                out = grown, cap = need;
+            }
+            int rc = sotto_resampler_process(s->rs, in, (size_t)chunk, out, cap, &n);
+            if (rc) {
+                SOTTO_ERROR("audio capture: resampling %d -> %d Hz: %s", s->dev_rate, s->rate,
+                            sotto_strerror(rc));
+                break;
+            }
             if (feed(s, out, n)) break;
         } else if (feed(s, in, (size_t)chunk)) {
             break;
@@ -128,12 +144,37 @@ static void *device_thread(void *arg) {
     return NULL;
 }
 
+/* The input device named `name`: an exact match, else the only input whose
+ * name contains it. -1: none, -2: several contain it. */
+static int find_device(const char *name) {
+    int n = Pa_GetDeviceCount(), found = -1, count = 0;
+    for (int i = 0; i < n; i++) {
+        const PaDeviceInfo *di = Pa_GetDeviceInfo(i);
+        if (!di || di->maxInputChannels < 1 || !di->name) continue;
+        if (!strcmp(di->name, name)) return i;
+        if (strstr(di->name, name)) found = i, count++;
+    }
+    return count > 1 ? -2 : found;
+}
+
 static int open_device(mic_source *s, sotto_err *err) {
     PaError e = Pa_Initialize();
     if (e != paNoError)
         return sotto_err_set(err, SOTTO_E_IO, "PortAudio: %s", Pa_GetErrorText(e));
     s->pa_up = 1;
     int dev = s->o.device >= 0 ? s->o.device : Pa_GetDefaultInputDevice();
+    if (s->o.device_name) {
+        dev = find_device(s->o.device_name);
+        if (dev == -2)
+            return sotto_err_set(err, SOTTO_E_IO,
+                                 "several input devices match '%s'; give its number or whole "
+                                 "name (see --list-devices)",
+                                 s->o.device_name);
+        if (dev < 0)
+            return sotto_err_set(err, SOTTO_E_IO,
+                                 "no input device named '%s' (see --list-devices)",
+                                 s->o.device_name);
+    }
     const PaDeviceInfo *di = dev >= 0 && dev < Pa_GetDeviceCount() ? Pa_GetDeviceInfo(dev) : NULL;
     if (!di || di->maxInputChannels < 1)
         return sotto_err_set(err, SOTTO_E_IO,
@@ -249,6 +290,7 @@ int mic_list_devices(void) {
         shown++;
     }
     if (!shown) printf("no input devices\n");
+    fflush(stdout); /* before Pa_Terminate: the list is out even if exiting goes wrong */
     Pa_Terminate();
     return 0;
 }
