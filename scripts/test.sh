@@ -35,6 +35,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   "faster-whisper==1.2.1" "ctranslate2==4.8.5" "whisper-normalizer==0.1.15" "numpy>=1.24" "websockets==15.0.1" "playwright==1.65.2" \
+  "openai==3.51.0" "deepgram-sdk==7.16.0" \
   || die "pip install of the test requirements failed"
 py="$venv/bin/python"
 
@@ -46,6 +47,20 @@ if ! command -v chromium >/dev/null 2>&1; then
   $sudo apt-get update -qq || die "apt-get update failed"
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null \
     || die "apt-get install chromium failed"
+fi
+# The Firefox test drives Debian's firefox-esr over WebDriver BiDi (no geckodriver); it and
+# sotto-mic's device test capture from a private PulseAudio server through ALSA's pulse plugin.
+missing=()
+for p in firefox-esr pulseaudio pulseaudio-utils libasound2-plugins opus-tools; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -ne 0 ]; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "test: installing ${missing[*]} for the Firefox and audio device tests"
+  $sudo apt-get update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || die "apt-get install ${missing[*]} failed"
 fi
 
 failures=()
@@ -92,6 +107,9 @@ if [ "$only_unit" -eq 0 ]; then
     run "streaming server (tiny.en)" "$py" "$R/test_server.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "streaming server under ASan+UBSan (no accuracy sections)" "$py" "$R/test_server.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --only badinput,resume,overload,backlog,variants,feeds,metrics,sigterm,tls --viewers 50
     run "browser dictation page (headless Chromium, fake microphone)" "$py" "$R/test_web.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
+    run "browser dictation page (headless Firefox, PulseAudio microphone)" "$py" "$R/test_firefox.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
+    run "OpenAI and Deepgram protocols (official client libraries)" "$py" "$R/test_compat.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest"
+    run "OpenAI and Deepgram protocols under ASan+UBSan" "$py" "$R/test_compat.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest" --sanitized
     run "desktop client sotto-mic (ASan+UBSan build)" "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
   fi
 fi

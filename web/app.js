@@ -189,14 +189,19 @@ async function start() {
   S.node.port.onmessage = (m) => onBlock(m.data);
   src.connect(S.node);
   S.active = true;
+  // A focused button that becomes disabled drops the focus to the page: a
+  // keyboard user who pressed Start continues on Stop.
+  const startHadFocus = document.activeElement === $('start');
   $('start').disabled = true;
   $('stop').disabled = false;
+  if (startHadFocus) $('stop').focus();
   connect();
 }
 
 async function stop() {
   if (!S.active || S.stopping) return;
   S.stopping = true;
+  S.stopHadFocus = document.activeElement === $('stop');
   $('stop').disabled = true;
   if (S.media) S.media.getTracks().forEach((t) => t.stop());
   if (S.encoder) { try { await S.encoder.flush(); } catch (e) { /* closed */ } }
@@ -211,8 +216,14 @@ function finish(text) {
   if (S.ws && S.ws.readyState === WebSocket.OPEN) S.ws.close();
   S.ctx = S.node = S.media = null;
   $('level').style.width = '0';
+  // The focus was on Stop (pressed, or still there after an error) and would
+  // drop to the page as Stop is disabled: it goes back to Start.
+  const a = document.activeElement;
+  const refocus = a === $('stop') || (S.stopHadFocus && (!a || a === document.body));
   $('start').disabled = false;
   $('stop').disabled = true;
+  if (refocus) $('start').focus();
+  S.stopHadFocus = false;
   setStatus(text);
 }
 
@@ -230,6 +241,9 @@ function download(name, text, type) {
 
 function captions(on) {
   $('captionView').hidden = !on;
+  // a modal view: what it covers can be neither reached with Tab nor read
+  document.querySelector('header').inert = on;
+  document.querySelector('main').inert = on;
   $('captions').setAttribute('aria-pressed', String(on));
   if (on) { render(); $('captionsOff').focus(); } else $('captions').focus();
 }

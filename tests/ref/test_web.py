@@ -12,6 +12,18 @@ and still produce the whole transcript; in the PCM run the session is published
 as a feed and the caption viewer page (caption.html) shows its last line; the
 caption view, and the transcript downloads as .srt.
 
+Then keyboard only (section `keyboard`): from a fresh page load, with nothing but
+key presses (Tab, Shift+Tab, Enter, Space, arrow keys, Escape), open the
+settings and change the weights, language and task, start dictation (the
+server's ready status must show the chosen weights and language), stop it,
+copy the transcript, download it as .txt/.srt/.vtt, open and leave the caption
+view (Escape, and Enter on its close button), clear the transcript. After every
+key press the focused element (document.activeElement) must be the expected
+one and its focus visible (:focus-visible with an outline or box-shadow);
+Start hands the focus to Stop and Stop back to Start; the caption view keeps
+Tab inside it and gives the focus back to its button when it closes; Tab from
+the last control leaves it (no trap).
+
 Needs Debian's chromium and the PyPI package playwright (no browser download:
 the system Chromium is used).
 """
@@ -39,7 +51,10 @@ def main():
     ap.add_argument("--manifest", default=rc.DEFAULT_MANIFEST)
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     ap.add_argument("--artifacts", default=os.path.join(rc.REPO, "build", "test-artifacts"))
+    ap.add_argument("--only", default="opus,pcm,keyboard",
+                    help="comma-separated sections: opus, pcm, keyboard")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     from playwright.sync_api import sync_playwright
 
     rows = {r["id"]: r for r in rc.load_manifest(args.manifest, {"en"})}
@@ -67,6 +82,8 @@ def main():
     try:
         with sync_playwright() as pw:
             for codec, want_shown in (("auto", "Opus"), ("pcm", "PCM")):
+                if {"auto": "opus", "pcm": "pcm"}[codec] not in only:
+                    continue
                 browser = pw.chromium.launch(executable_path=args.chromium, headless=True, args=[
                     "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
                     f"--use-file-for-fake-audio-capture={wav}%noloop",
@@ -146,12 +163,192 @@ def main():
                    cap.strip() != "" and srt.startswith("1\n00:00:") and text.strip().split()[-1] in cap,
                    f"caption {cap!r}; srt {srt[:80]!r}")
                 print(f"    screenshot: {shot}")
+            if "keyboard" in only:
+                keyboard_only(pw, args, srv, wav, clip, ref, e_off, ok)
     finally:
         srv.stop()
     print(f"\n{n} checks, {len(failed)} failed")
     for f in failed:
         print(f"  FAILED: {f}")
     sys.exit(1 if failed else 0)
+
+
+# The focused element and whether its focus is visible: it matches
+# :focus-visible and has an outline or a box-shadow.
+FOCUS_JS = """() => {
+  const a = document.activeElement;
+  if (!a || a === document.body) return {id: 'body', visible: false, behind: false};
+  const cs = getComputedStyle(a);
+  const ring = (cs.outlineStyle !== 'none' && parseFloat(cs.outlineWidth) > 0) ||
+               (cs.boxShadow !== '' && cs.boxShadow !== 'none');
+  return {id: a.id || a.tagName.toLowerCase(), visible: a.matches(':focus-visible') && ring,
+          behind: !!a.closest('header, main')};
+}"""
+
+
+def keyboard_only(pw, args, srv, wav, clip, ref, e_off, ok):
+    """The page driven with keyboard.press only, from a fresh load (see the module
+    docstring). Each phase is one check; its detail names the first wrong step."""
+    print("== keyboard only")
+    browser = pw.chromium.launch(executable_path=args.chromium, headless=True, args=[
+        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}%noloop",
+        "--autoplay-policy=no-user-gesture-required"])
+    try:
+        context = browser.new_context(permissions=["clipboard-read", "clipboard-write"],
+                                      accept_downloads=True)
+        page = context.new_page()
+        logs = []
+        page.on("console", lambda m: logs.append(f"{m.type}: {m.text}"))
+        page.on("pageerror", lambda e: logs.append(f"pageerror: {e}"))
+        page.goto(srv.http_url + "/")
+        page.wait_for_function("document.querySelectorAll('#weights option').length > 1", timeout=10000)
+        offered = page.eval_on_selector_all("#weights option", "os => os.map(o => o.value)")
+        val = lambda sel: page.eval_on_selector(sel, "e => e.value")  # noqa: E731
+        problems = []
+
+        def press(key, want, check=None, what=""):
+            """Presses key; the focus must then be on `want` (an id, or the tag
+            name of an element without one) and visible; check() must be true."""
+            page.keyboard.press(key)
+            f = page.evaluate(FOCUS_JS)
+            t = time.monotonic()  # what a key starts may finish asynchronously (Start, Copy)
+            while (f["id"] != want or (check is not None and not check())) and time.monotonic() - t < 5:
+                time.sleep(0.05)
+                f = page.evaluate(FOCUS_JS)
+            bad = []
+            if f["id"] != want:
+                bad.append(f"focus on {f['id']}, not {want}")
+            elif not f["visible"]:
+                bad.append(f"focus on {want} not visible")
+            if check is not None and not check():
+                bad.append(f"not {what}")
+            if bad:
+                problems.append(f"{key} -> {'; '.join(bad)}")
+            return not bad
+
+        def phase(name, detail=""):
+            ok(f"keyboard: {name}", not problems,
+               ("; ".join(problems[:3]) + f"; console {logs[-3:]}" if problems else detail))
+            problems.clear()
+
+        # -- settings: open them, change weights, language, task
+        other = offered[1] if len(offered) > 1 else None
+        press("Tab", "start")
+        press("Tab", "summary")
+        press("Enter", "summary", lambda: page.evaluate("document.querySelector('details').open"),
+              "settings open")
+        press("Tab", "weights")
+        press("ArrowDown", "weights", lambda: other is not None and val("#weights") == other,
+              f"weights {other}")
+        press("Tab", "language")
+        press("ArrowDown", "language", lambda: val("#language") == "en", "language en")
+        press("Tab", "task")
+        press("ArrowDown", "task", lambda: val("#task") == "translate", "task translate")
+        press("ArrowUp", "task", lambda: val("#task") == "transcribe", "task transcribe")
+        press("Tab", "codec")
+        phase(f"reach the settings and change weights to {other}, language to en, task and back",
+              f"weights {val('#weights')}, language {val('#language')}, task {val('#task')}")
+
+        # -- back to Start, dictate, Stop
+        for want in ("task", "language", "weights", "summary", "start"):
+            press("Shift+Tab", want)
+        t0 = time.monotonic()
+        press("Enter", "stop")  # Start pressed; the focus moves on to Stop
+        try:
+            page.wait_for_function("document.querySelector('#status').dataset.kind === 'live'",
+                                   timeout=30000)
+        except Exception:
+            problems.append("dictation did not start")
+        status = page.inner_text("#status")
+        if other and f", {other} (" not in status or ", en" not in status:
+            problems.append(f"status {status!r} does not show weights {other} and language en")
+        f = page.evaluate(FOCUS_JS)
+        if f["id"] != "stop":
+            problems.append(f"focus on {f['id']} after the session started, not stop")
+        time.sleep(max(0.0, clip["seconds"] + 2.5 - (time.monotonic() - t0)))
+        page.keyboard.press("Space")  # Stop
+        try:
+            page.wait_for_function("document.querySelector('#status').textContent === 'stopped'",
+                                   timeout=60000)
+        except Exception:
+            problems.append(f"not stopped: {page.inner_text('#status')!r}")
+        f = page.evaluate(FOCUS_JS)
+        if f["id"] != "start" or not f["visible"]:
+            problems.append(f"after Stop the focus is on {f['id']} (visible {f['visible']}), not start")
+        text = page.evaluate("window.sotto.transcript.text()")
+        e = rc.edit_distance(ref, rc.normalize(text).split())
+        if e > e_off + 5:
+            problems.append(f"{e}/{len(ref)} word errors (offline {e_off}): {text.strip()!r}")
+        phase("Enter on Start dictates (focus moves to Stop), Space on Stop ends it (focus back on Start)",
+              f"status {status!r}; {e}/{len(ref)} word errors (offline {e_off})")
+
+        # -- close the settings, copy, download .txt/.srt/.vtt
+        press("Tab", "summary")
+        press("Enter", "summary", lambda: not page.evaluate("document.querySelector('details').open"),
+              "settings closed")
+        press("Tab", "copy")
+        press("Enter", "copy", lambda: page.inner_text("#status") == "copied", "status copied")
+        clip_text = page.evaluate("navigator.clipboard.readText()")
+        if clip_text != text or not text.strip():
+            problems.append(f"clipboard {clip_text[:60]!r} is not the transcript")
+        downloads = {}
+        for key, want, name in (("Enter", "dlTxt", "transcript.txt"), ("Space", "dlSrt", "transcript.srt"),
+                                ("Enter", "dlVtt", "transcript.vtt")):
+            press("Tab", want)
+            try:
+                with page.expect_download(timeout=10000) as d:
+                    press(key, want)
+                with open(d.value.path(), encoding="utf-8") as fh:
+                    downloads[d.value.suggested_filename] = fh.read()
+            except Exception as ex:
+                problems.append(f"{key} on {want}: no download ({type(ex).__name__})")
+        if downloads.get("transcript.txt") != text or \
+                not downloads.get("transcript.srt", "").startswith("1\n00:00:") or \
+                not downloads.get("transcript.vtt", "").startswith("WEBVTT"):
+            problems.append(f"downloads {sorted(downloads)}: "
+                            f"{ {k: v[:30] for k, v in downloads.items()} }")
+        phase("close the settings, copy, download .txt (Enter), .srt (Space), .vtt (Enter)",
+              f"downloaded {sorted(downloads)}")
+
+        # -- the caption view: open, Tab stays in it, Escape / Enter leave it
+        press("Tab", "clear")
+        press("Tab", "captions")
+        view = lambda: page.is_visible("#captionView")  # noqa: E731
+        press("Enter", "captionsOff", view, "caption view shown")
+        cap = page.inner_text("#captionLines")
+        if not text.strip() or text.strip().split()[-1] not in cap:
+            problems.append(f"caption view shows {cap!r}")
+        for key in ("Tab",) * 3 + ("Shift+Tab",) * 3:  # around the page and back
+            page.keyboard.press(key)
+            f = page.evaluate(FOCUS_JS)
+            if f["behind"] or not view():
+                problems.append(f"{key} in the caption view moved the focus behind it, to {f['id']}")
+            elif f["id"] != "body" and not f["visible"]:
+                problems.append(f"{key} in the caption view: focus on {f['id']} not visible")
+        if page.evaluate(FOCUS_JS)["id"] != "captionsOff":  # wherever Tab went, back to the button
+            press("Tab", "captionsOff")
+        press("Escape", "captions", lambda: not view(), "caption view closed")
+        press("Space", "captionsOff", view, "caption view shown again")
+        press("Enter", "captions", lambda: not view() and not page.evaluate(
+            "document.querySelector('main').inert"), "caption view closed by its button")
+        page.screenshot(path=os.path.join(args.artifacts, "web-keyboard.png"), full_page=True)
+        phase("caption view: Enter opens it with the focus on its close button, Tab stays in it, "
+              "Escape and Enter on the button leave it")
+
+        # -- clear; no focus trap at the end
+        press("Shift+Tab", "clear")
+        press("Enter", "clear", lambda: page.evaluate("window.sotto.transcript.text()") == "",
+              "transcript cleared")
+        press("Tab", "captions")
+        page.keyboard.press("Tab")
+        f = page.evaluate(FOCUS_JS)
+        if f["id"] not in ("body", "start"):
+            problems.append(f"Tab from the last control went to {f['id']}")
+        phase("Enter on Clear empties the transcript; Tab from the last control leaves it",
+              f"then the focus is on {f['id']}")
+    finally:
+        browser.close()
 
 
 if __name__ == "__main__":
