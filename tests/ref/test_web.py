@@ -12,6 +12,9 @@ and still produce the whole transcript; in the PCM run the session is published
 as a feed and the caption viewer page (caption.html) shows its last line; the
 caption view, and the transcript downloads as .srt.
 
+Section `denied`: with the microphone permission refused, the page's alert says
+so and Start stays usable.
+
 Then keyboard only (section `keyboard`): from a fresh page load, with nothing but
 key presses (Tab, Shift+Tab, Enter, Space, arrow keys, Escape), open the
 settings and change the weights, language and task, start dictation (the
@@ -51,7 +54,7 @@ def main():
     ap.add_argument("--manifest", default=rc.DEFAULT_MANIFEST)
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     ap.add_argument("--artifacts", default=os.path.join(rc.REPO, "build", "test-artifacts"))
-    ap.add_argument("--only", default="opus,pcm,keyboard",
+    ap.add_argument("--only", default="opus,pcm,keyboard,denied",
                     help="comma-separated sections: opus, pcm, keyboard")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -165,12 +168,34 @@ def main():
                 print(f"    screenshot: {shot}")
             if "keyboard" in only:
                 keyboard_only(pw, args, srv, wav, clip, ref, e_off, ok)
+            if "denied" in only:
+                denied(pw, args, srv, ok)
     finally:
         srv.stop()
     print(f"\n{n} checks, {len(failed)} failed")
     for f in failed:
         print(f"  FAILED: {f}")
     sys.exit(1 if failed else 0)
+
+
+def denied(pw, args, srv, ok):
+    """The microphone permission refused (no fake-UI flag, no permission
+    granted): the page says so in its alert and stays ready to try again."""
+    print("== microphone permission denied")
+    browser = pw.chromium.launch(executable_path=args.chromium, headless=True,
+                                 args=["--use-fake-device-for-media-stream"])
+    try:
+        context = browser.new_context(permissions=[])
+        page = context.new_page()
+        page.goto(srv.http_url + "/")
+        page.click("#start")
+        page.wait_for_function("!document.querySelector('#error').hidden", timeout=15000)
+        err = page.inner_text("#error")
+        start_enabled = page.eval_on_selector("#start", "b => !b.disabled")
+        ok("denied microphone: the alert explains the permission, Start can be pressed again",
+           "permission was denied" in err and start_enabled, f"{err!r}, start enabled {start_enabled}")
+    finally:
+        browser.close()
 
 
 # The focused element and whether its focus is visible: it matches
