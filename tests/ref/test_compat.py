@@ -42,6 +42,10 @@ from test_server import Checks  # noqa: E402
 
 CLIP = "librispeech_train-clean-100_1898-145715-0024"  # 14.8 s, 2 utterances
 KEY = "sk-sotto-test-0123456789"
+# Streamed transcripts may have this many more word errors on the clip than the
+# offline CLI (the tolerance of test_web.py): where passes fall, and so what is
+# committed, depends on timing, most of all under sanitizers.
+STREAM_TOL = 5
 
 
 def words(text):
@@ -101,7 +105,7 @@ def section_batch(ck, srv, args, clip, tmp, offline_text):
     ck.ok("json: the text equals `sotto transcribe` on the same file", r.text.strip() == offline_text.strip(),
           f"{dt:.1f} s; server {r.text!r} vs CLI {offline_text!r}")
     e, n = rc.edit_distance(words(clip["text"]), words(r.text)), len(words(clip["text"]))
-    ck.ok("json: the text matches the reference transcript", e <= max(3, n // 10), f"{e}/{n} word errors")
+    ck.ok("json: the text matches the reference transcript", e <= max(3, n // 10), f"{e}/{n} word errors (offline {args.e_off})")
 
     with open(path, "rb") as f:
         t = client.audio.transcriptions.create(model="whisper-1", file=f, response_format="text")
@@ -304,7 +308,7 @@ def section_realtime(ck, srv, args, clip, tmp):
     ck.ok("realtime: the completed transcripts match sotto's own protocol output", e <= max(2, n // 20),
           f"{e}/{n} words differ; realtime {text!r}")
     e, n = rc.edit_distance(words(clip["text"]), words(text)), len(words(clip["text"]))
-    ck.ok("realtime: the transcript matches the reference", e <= max(3, n // 10), f"{e}/{n} word errors")
+    ck.ok("realtime: the transcript matches the reference", e <= STREAM_TOL + args.e_off, f"{e}/{n} word errors (offline {args.e_off})")
 
     beta = {"type": "transcription_session.update", "session": {
         "input_audio_format": "pcm16", "input_audio_transcription": {"model": "tiny.en"}, "turn_detection": None}}
@@ -315,8 +319,8 @@ def section_realtime(ck, srv, args, clip, tmp):
     items, text = check_items(ck, "realtime (turn detection off, manual commit)", events, vad=False)
     ck.ok("realtime (manual commit): no VAD events", not any(t.startswith("input_audio_buffer.speech") for t in types))
     e, n = rc.edit_distance(words(clip["text"]), words(text)), len(words(clip["text"]))
-    ck.ok("realtime (manual commit): the transcript matches the reference", e <= max(3, n // 10),
-          f"{e}/{n} word errors")
+    ck.ok("realtime (manual commit): the transcript matches the reference", e <= STREAM_TOL + args.e_off,
+          f"{e}/{n} word errors (offline {args.e_off})")
 
     ulaw = pcm_at(clip["file"], 8000, tmp, encoding="u-law")
     g711 = {"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
@@ -324,8 +328,8 @@ def section_realtime(ck, srv, args, clip, tmp):
     events = sc.run(rt_session(srv, g711, [ulaw], rate=8000, silence_byte=b"\xff"))
     _, text = check_items(ck, "realtime (G.711 mu-law)", events)
     e, n = rc.edit_distance(words(clip["text"]), words(text)), len(words(clip["text"]))
-    ck.ok("realtime (G.711 mu-law, 8 kHz): the transcript matches the reference", e <= max(4, n // 8),
-          f"{e}/{n} word errors")
+    ck.ok("realtime (G.711 mu-law, 8 kHz): the transcript matches the reference", e <= STREAM_TOL + args.e_off,
+          f"{e}/{n} word errors (offline {args.e_off})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,7 +413,7 @@ def section_deepgram(ck, srv, args, clip, tmp):
     ck.problems("deepgram: finals are speech_final, with words spelling the transcript inside their times", probs)
     text = final_text(msgs)
     e, n = rc.edit_distance(words(clip["text"]), words(text)), len(words(clip["text"]))
-    ck.ok("deepgram: the final transcript matches the reference", e <= max(3, n // 10), f"{e}/{n} word errors")
+    ck.ok("deepgram: the final transcript matches the reference", e <= STREAM_TOL + args.e_off, f"{e}/{n} word errors (offline {args.e_off})")
 
     chunks = pcm_chunks(pcm, 16000)
     msgs = dg_session(srv, chunks, 0.1, finalize_at=len(chunks) // 4, tail=silence, model="nova-2",
@@ -424,8 +428,8 @@ def section_deepgram(ck, srv, args, clip, tmp):
     packets = sc.opus_packets(pcm48 + b"\0\0" * 48000 * 2)
     msgs = dg_session(srv, packets, 0.02, model="nova-3", encoding="opus", sample_rate=48000)
     e, n = rc.edit_distance(words(clip["text"]), words(final_text(msgs))), len(words(clip["text"]))
-    ck.ok("deepgram (encoding=opus, raw packets): the transcript matches the reference", e <= max(3, n // 10),
-          f"{e}/{n} word errors")
+    ck.ok("deepgram (encoding=opus, raw packets): the transcript matches the reference", e <= STREAM_TOL + args.e_off,
+          f"{e}/{n} word errors: {final_text(msgs)!r}")
     ogg = os.path.join(tmp, "clip.opus")
     padded = os.path.join(tmp, "padded.wav")
     subprocess.run(["sox", clip["file"], padded, "pad", "0", "2"], check=True)
@@ -436,7 +440,7 @@ def section_deepgram(ck, srv, args, clip, tmp):
     msgs = dg_session(srv, pieces, (clip["seconds"] + 2) / len(pieces), model="nova-3", encoding="ogg-opus")
     e, n = rc.edit_distance(words(clip["text"]), words(final_text(msgs))), len(words(clip["text"]))
     ck.ok("deepgram (encoding=ogg-opus, an Ogg stream in pieces): the transcript matches the reference",
-          e <= max(3, n // 10), f"{e}/{n} word errors")
+          e <= STREAM_TOL + args.e_off, f"{e}/{n} word errors: {final_text(msgs)!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,6 +612,8 @@ def main():
     ck = Checks()
     t_all = time.monotonic()
     offline = rc.run_sotto(args.sotto, args.model, [clip["file"]])[clip["file"]]["text"]
+    args.e_off = rc.edit_distance(words(clip["text"]), words(offline))
+    print(f"offline CLI on the clip: {args.e_off}/{len(words(clip['text']))} word errors", flush=True)
     models = ["--model", args.base_model] if "translate" in only else []
     srv = sc.Server(args.server, model=args.model,
                     args=models + ["--api-key", KEY, "--max-upload-mb", str(args.max_upload_mb)])
