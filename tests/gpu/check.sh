@@ -24,10 +24,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (modified)')"
 
 echo "== build ($arch)"
-common=(kernels/cuda/linear.cu kernels/cuda/upload.c kernels/wfmt.c kernels/quant.c kernels/linear_ref.c common/err.c)
+common=(kernels/cuda/linear.cu kernels/cuda/ops.cu kernels/cuda/upload.c kernels/wfmt.c kernels/quant.c kernels/linear_ref.c common/err.c)
 flags=(-O3 -arch="$arch" -lineinfo -Ikernels -Ikernels/cuda -Icommon -Itests -Xcompiler -O2 -lm)
 t0=$SECONDS
-for prog in test_cuda_linear bench_cuda_linear; do
+for prog in test_cuda_linear test_cuda_ops bench_cuda_linear; do
   "$NVCC" "${flags[@]}" "${common[@]}" "tests/gpu/$prog.c" -o "$bin/$prog"
 done
 echo "built in $((SECONDS - t0)) s"
@@ -35,6 +35,7 @@ echo "built in $((SECONDS - t0)) s"
 fail=0
 echo "== kernel tests (CUDA vs plain C)"
 "$bin/test_cuda_linear" 2>&1 | tee "$out/test_cuda_linear.txt" || fail=1
+"$bin/test_cuda_ops" 2>&1 | tee "$out/test_cuda_ops.txt" || fail=1
 
 echo "== timings"
 "$bin/bench_cuda_linear" 2>&1 | tee "$out/bench_cuda_linear.md" || fail=1

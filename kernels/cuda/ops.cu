@@ -1,0 +1,111 @@
+// ops.cu - layer norm, GELU, row softmax and bias rows on the GPU; see cuda_ops.h.
+#include "cuda_ops.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+
+static int launched(sotto_err *err, const char *what) {
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? SOTTO_OK
+                            : sotto_err_set(err, SOTTO_E_INTERNAL, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+// Sum (or max) over the block; every thread gets the result. blockDim.x: a multiple of 32, <= 1024.
+template <bool MAX>
+__device__ float block_reduce(float v, float *shared /* [32] */) {
+    for (int off = 16; off > 0; off >>= 1) {
+        float o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = MAX ? fmaxf(v, o) : v + o;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    __syncthreads(); // shared may still be read by an earlier call
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nw ? shared[lane] : (MAX ? -INFINITY : 0.f);
+    for (int off = 16; off > 0; off >>= 1) {
+        float o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = MAX ? fmaxf(v, o) : v + o;
+    }
+    return v;
+}
+
+// One block per row: mean, then the variance of the centred values (two passes, as the CPU).
+__global__ void layer_norm_k(const float *__restrict__ x, float *__restrict__ y, int d, const float *__restrict__ g,
+                             const float *__restrict__ b, float eps) {
+    __shared__ float red[32];
+    const float *xr = x + (size_t)blockIdx.x * d;
+    float *yr = y + (size_t)blockIdx.x * d;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) s += xr[i];
+    const float mean = block_reduce<false>(s, red) / (float)d;
+    float v = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float c = xr[i] - mean;
+        v = fmaf(c, c, v);
+    }
+    const float inv = 1.0f / sqrtf(block_reduce<false>(v, red) / (float)d + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * g[i] + b[i];
+}
+
+__global__ void gelu_k(float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    }
+}
+
+__global__ void softmax_k(float *x, int d) {
+    __shared__ float red[32];
+    float *xr = x + (size_t)blockIdx.x * d;
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) m = fmaxf(m, xr[i]);
+    m = block_reduce<true>(m, red);
+    if (m == -INFINITY) { // every entry masked: zeros, as the CPU does
+        for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = 0.f;
+        return;
+    }
+    float s = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float e = expf(xr[i] - m);
+        xr[i] = e;
+        s += e;
+    }
+    const float inv = 1.0f / block_reduce<false>(s, red);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] *= inv;
+}
+
+__global__ void add_bias_k(float *x, const float *__restrict__ b, int n, int d) {
+    size_t total = (size_t)n * d;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        x[i] += b[i % d];
+}
+
+static unsigned grid_for(size_t n) {
+    size_t g = (n + 255) / 256;
+    return (unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g);
+}
+
+extern "C" int sotto_cuda_layer_norm(const float *x, float *y, int n, int d, const float *gamma, const float *beta,
+                                     float eps, sotto_err *err) {
+    if (n <= 0 || d <= 0) return SOTTO_OK;
+    layer_norm_k<<<n, 256>>>(x, y, d, gamma, beta, eps);
+    return launched(err, "layer_norm");
+}
+
+extern "C" int sotto_cuda_gelu(float *x, size_t n, sotto_err *err) {
+    if (!n) return SOTTO_OK;
+    gelu_k<<<grid_for(n), 256>>>(x, n);
+    return launched(err, "gelu");
+}
+
+extern "C" int sotto_cuda_softmax_rows(float *x, int n, int d, sotto_err *err) {
+    if (n <= 0 || d <= 0) return SOTTO_OK;
+    softmax_k<<<n, 256>>>(x, d);
+    return launched(err, "softmax");
+}
+
+extern "C" int sotto_cuda_add_bias_rows(float *x, const float *b, int n, int d, sotto_err *err) {
+    if (n <= 0 || d <= 0) return SOTTO_OK;
+    add_bias_k<<<grid_for((size_t)n * d), 256>>>(x, b, n, d);
+    return launched(err, "add_bias_rows");
+}

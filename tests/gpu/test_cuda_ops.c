@@ -1,0 +1,149 @@
+/* test_cuda_ops.c - the GPU's layer norm, GELU, row softmax and bias rows
+ * (kernels/cuda/ops.cu) against double-precision references written here,
+ * on random inputs of Whisper's widths and odd ones, with masked (-inf)
+ * softmax entries and a fully masked row.
+ *
+ * Needs a CUDA device: without one it prints why and exits 77 ("not run").
+ */
+#include "check.h"
+#include "cuda_linear.h"
+#include "cuda_ops.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+static uint64_t rng = 0x2545f4914f6cdd1dULL;
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+static float *to_dev(const float *h, size_t n) {
+    sotto_err err = {0};
+    float *d = sotto_cuda_malloc(sizeof(float) * (n ? n : 1), &err);
+    if (d && n) sotto_cuda_copy(d, h, sizeof(float) * n, 1, &err);
+    return d;
+}
+
+static void from_dev(float *h, const float *d, size_t n) {
+    sotto_err err = {0};
+    CHECK_MSG(sotto_cuda_sync(&err) == 0, "%s", err.msg);
+    CHECK(sotto_cuda_copy(h, d, sizeof(float) * n, 0, &err) == 0);
+}
+
+static double max_abs_diff(const float *a, const double *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (e > m || e != e) m = e;
+    }
+    return m;
+}
+
+static void test_layer_norm(int n, int d) {
+    size_t t = (size_t)n * d;
+    float *x = malloc(sizeof(float) * t), *g = malloc(sizeof(float) * d), *b = malloc(sizeof(float) * d);
+    float *y = malloc(sizeof(float) * t);
+    double *ref = malloc(sizeof(double) * t);
+    for (size_t i = 0; i < t; i++) x[i] = frand() * 4.0f + 1.5f; /* an offset, as activations have */
+    for (int i = 0; i < d; i++) g[i] = 1.0f + frand() * 0.5f, b[i] = frand() * 0.1f;
+    for (int r = 0; r < n; r++) {
+        double s = 0, v = 0;
+        for (int i = 0; i < d; i++) s += x[(size_t)r * d + i];
+        double mean = s / d;
+        for (int i = 0; i < d; i++) v += (x[(size_t)r * d + i] - mean) * (x[(size_t)r * d + i] - mean);
+        double inv = 1.0 / sqrt(v / d + 1e-5);
+        for (int i = 0; i < d; i++) ref[(size_t)r * d + i] = (x[(size_t)r * d + i] - mean) * inv * g[i] + b[i];
+    }
+    float *dx = to_dev(x, t), *dg = to_dev(g, d), *db = to_dev(b, d), *dy = to_dev(y, t);
+    sotto_err err = {0};
+    CHECK_MSG(sotto_cuda_layer_norm(dx, dy, n, d, dg, db, 1e-5f, &err) == 0, "%s", err.msg);
+    from_dev(y, dy, t);
+    double e = max_abs_diff(y, ref, t);
+    CHECK_MSG(e < 2e-5, "layer_norm %dx%d: max abs error %.3g", n, d, e);
+    printf("  layer_norm   %5d x %-5d max abs err %.2e\n", n, d, e);
+    /* in place (y == x), as the CPU allows */
+    CHECK(sotto_cuda_layer_norm(dx, dx, n, d, dg, db, 1e-5f, &err) == 0);
+    from_dev(y, dx, t);
+    CHECK_MSG(max_abs_diff(y, ref, t) < 2e-5, "layer_norm in place %dx%d", n, d);
+    sotto_cuda_free(dx), sotto_cuda_free(dg), sotto_cuda_free(db), sotto_cuda_free(dy);
+    free(x), free(g), free(b), free(y), free(ref);
+}
+
+static void test_gelu(size_t n) {
+    float *x = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n);
+    for (size_t i = 0; i < n; i++) x[i] = frand() * 8.0f;
+    for (size_t i = 0; i < n; i++) ref[i] = 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
+    float *dx = to_dev(x, n);
+    sotto_err err = {0};
+    CHECK_MSG(sotto_cuda_gelu(dx, n, &err) == 0, "%s", err.msg);
+    from_dev(x, dx, n);
+    double e = max_abs_diff(x, ref, n);
+    CHECK_MSG(e < 4e-6, "gelu n=%zu: max abs error %.3g (inputs up to 8)", n, e);
+    printf("  gelu         %-13zu max abs err %.2e\n", n, e);
+    sotto_cuda_free(dx), free(x), free(ref);
+}
+
+static void test_softmax(int n, int d) {
+    size_t t = (size_t)n * d;
+    float *x = malloc(sizeof(float) * t);
+    double *ref = malloc(sizeof(double) * t);
+    for (size_t i = 0; i < t; i++) x[i] = frand() * 12.0f;
+    for (int r = 0; r < n; r++) /* a causal-style mask: the last r % 5 entries */
+        for (int i = d - r % 5; i < d && i >= 0; i++) x[(size_t)r * d + i] = -INFINITY;
+    if (n > 2)
+        for (int i = 0; i < d; i++) x[(size_t)(n - 1) * d + i] = -INFINITY; /* a fully masked row */
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * d;
+        double m = -INFINITY, s = 0;
+        for (int i = 0; i < d; i++) m = xr[i] > m ? xr[i] : m;
+        for (int i = 0; i < d; i++) s += m == -INFINITY ? 0 : exp(xr[i] - m);
+        for (int i = 0; i < d; i++) ref[(size_t)r * d + i] = m == -INFINITY ? 0 : exp(xr[i] - m) / s;
+    }
+    float *dx = to_dev(x, t);
+    sotto_err err = {0};
+    CHECK_MSG(sotto_cuda_softmax_rows(dx, n, d, &err) == 0, "%s", err.msg);
+    from_dev(x, dx, t);
+    double e = max_abs_diff(x, ref, t);
+    CHECK_MSG(e < 1e-6, "softmax %dx%d: max abs error %.3g", n, d, e);
+    printf("  softmax_rows %5d x %-5d max abs err %.2e\n", n, d, e);
+    sotto_cuda_free(dx), free(x), free(ref);
+}
+
+static void test_bias(int n, int d) {
+    size_t t = (size_t)n * d;
+    float *x = malloc(sizeof(float) * t), *b = malloc(sizeof(float) * d);
+    double *ref = malloc(sizeof(double) * t);
+    for (size_t i = 0; i < t; i++) x[i] = frand();
+    for (int i = 0; i < d; i++) b[i] = frand();
+    for (size_t i = 0; i < t; i++) ref[i] = (double)(x[i] + b[i % d]);
+    float *dx = to_dev(x, t), *dbias = to_dev(b, d);
+    sotto_err err = {0};
+    CHECK_MSG(sotto_cuda_add_bias_rows(dx, dbias, n, d, &err) == 0, "%s", err.msg);
+    from_dev(x, dx, t);
+    CHECK_MSG(max_abs_diff(x, ref, t) == 0, "add_bias_rows %dx%d differs", n, d);
+    sotto_cuda_free(dx), sotto_cuda_free(dbias), free(x), free(b), free(ref);
+}
+
+int main(void) {
+    char name[256], why[256];
+    if (!sotto_cuda_available(name, sizeof name, why, sizeof why)) {
+        fprintf(stderr, "test_cuda_ops: not run: %s\n", why);
+        return 77;
+    }
+    printf("device: %s\n", name);
+    static const int widths[] = {1, 7, 33, 384, 1280, 1500, 5120, 51865};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        int d = widths[i], n = d > 5000 ? 3 : 17;
+        test_layer_norm(n, d);
+        test_softmax(n, d);
+        test_bias(n, d);
+    }
+    test_layer_norm(1500, 384);
+    test_softmax(6 * 1500, 1500); /* encoder self-attention scores of one head group */
+    test_gelu(1);
+    test_gelu(1000003);
+    return check_report();
+}
