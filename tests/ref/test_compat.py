@@ -519,7 +519,10 @@ def section_errors(ck, srv, args, clip, tmp):
                 "input": {"format": {"type": "audio/flac"}}}}})
             await conn.send({"type": "input_audio_buffer.append"})
             await conn.send_raw("x" * (1 << 20 + 1))  # over --max-frame-bytes
-            pcm = pcm_at(path, 24000, tmp)[:24000 * 2 * 6]
+            # then a valid session at a declared 16 kHz
+            await conn.send({"type": "session.update", "session": {"type": "transcription", "audio": {
+                "input": {"format": {"type": "audio/pcm", "rate": 16000}}}}})
+            pcm = pcm_at(path, 16000, tmp)[:16000 * 2 * 6]
             await conn.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
             await conn.send({"type": "input_audio_buffer.commit"})
             t0 = time.monotonic()
@@ -536,8 +539,13 @@ def section_errors(ck, srv, args, clip, tmp):
           len(errs) == 7 and "unknown_event" in codes and "input_audio_buffer_commit_empty" in codes
           and "frame_too_large" in codes and all(e.type == "invalid_request_error" and e.message for e in errs),
           str(codes))
-    ck.ok("realtime: after the errors the session still transcribes",
-          any(e.type.endswith("transcription.completed") and e.transcript for e in got))
+    upd = [e for e in got if e.type == "session.updated"]
+    done = [e.transcript for e in got if e.type.endswith("transcription.completed")]
+    ref_words = set(words(clip["text"]))
+    heard = words(done[0]) if done else []
+    ck.ok("realtime: after the errors, audio/pcm declared at 16 kHz is transcribed",
+          len(upd) == 1 and upd[0].session.audio.input.format.rate == 16000 and len(heard) >= 8
+          and sum(w in ref_words for w in heard) >= 0.7 * len(heard), f"{done}")
 
     async def rt_badkey():
         from openai import AsyncOpenAI
