@@ -109,3 +109,59 @@ extern "C" int sotto_cuda_add_bias_rows(float *x, const float *b, int n, int d, 
     add_bias_k<<<grid_for((size_t)n * d), 256>>>(x, b, n, d);
     return launched(err, "add_bias_rows");
 }
+
+// Block (head, row): 128 threads = 4 warps.
+__global__ void attention_rows_k(const float *__restrict__ q, int q_stride, const float *__restrict__ k,
+                                 const float *__restrict__ v, int kv_stride, float *__restrict__ out,
+                                 int out_stride, int n_kv, int dh, float scale) {
+    extern __shared__ float sm[]; // q[dh], then scores[n_kv]
+    __shared__ float red[32];
+    float *qs = sm, *sc = sm + dh;
+    const int h = blockIdx.x, r = blockIdx.y;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    const float *qr = q + (size_t)r * q_stride + (size_t)h * dh;
+    for (int d = threadIdx.x; d < dh; d += blockDim.x) qs[d] = qr[d] * scale;
+    __syncthreads();
+    for (int i = warp; i < n_kv; i += nw) { // a warp per key
+        const float *kr = k + (size_t)i * kv_stride + (size_t)h * dh;
+        float s = 0.f;
+        for (int d = lane; d < dh; d += 32) s = fmaf(qs[d], kr[d], s);
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) sc[i] = s;
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < n_kv; i += blockDim.x) m = fmaxf(m, sc[i]);
+    m = block_reduce<true>(m, red);
+    float sum = 0.f;
+    for (int i = threadIdx.x; i < n_kv; i += blockDim.x) {
+        float e = expf(sc[i] - m);
+        sc[i] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / block_reduce<false>(sum, red); // also orders the writes to sc
+    float *orow = out + (size_t)r * out_stride + (size_t)h * dh;
+    for (int d = threadIdx.x; d < dh; d += blockDim.x) {
+        float acc = 0.f;
+        for (int i = 0; i < n_kv; i++) acc = fmaf(sc[i], v[(size_t)i * kv_stride + (size_t)h * dh + d], acc);
+        orow[d] = acc * inv;
+    }
+}
+
+extern "C" int sotto_cuda_attention_rows(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
+                                         float *out, int out_stride, int nr, int n_kv, int n_head, int dh,
+                                         float scale, sotto_err *err) {
+    if (nr <= 0 || n_head <= 0) return SOTTO_OK;
+    if (n_kv <= 0 || dh <= 0 || dh > 256)
+        return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: n_kv %d, dh %d (1..256)", n_kv, dh);
+    size_t smem = sizeof(float) * ((size_t)n_kv + (size_t)dh);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(attention_rows_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return sotto_err_set(err, SOTTO_E_INTERNAL, "cuda attention: %zu bytes of shared memory: %s", smem,
+                                 cudaGetErrorString(e));
+    }
+    attention_rows_k<<<dim3((unsigned)n_head, (unsigned)nr), 128, smem>>>(q, q_stride, k, v, kv_stride, out, out_stride,
+                                                                       n_kv, dh, scale);
+    return launched(err, "attention_rows");
+}

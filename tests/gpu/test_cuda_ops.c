@@ -127,6 +127,48 @@ static void test_bias(int n, int d) {
     sotto_cuda_free(dx), sotto_cuda_free(dbias), free(x), free(b), free(ref);
 }
 
+/* nr rows x n_head heads over n_kv keys, heads interleaved in the columns
+ * (strides wider than n_head * dh, as the engine's fused QKV buffers are). */
+static void test_attention(int nr, int n_kv, int n_head, int dh) {
+    int qs = n_head * dh + 3, kvs = n_head * dh + 5, os = n_head * dh + 1;
+    size_t nq = (size_t)nr * qs, nk = (size_t)n_kv * kvs, no = (size_t)nr * os;
+    float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nk);
+    float *o = malloc(sizeof(float) * no);
+    double *ref = calloc(no, sizeof(double)), *p = malloc(sizeof(double) * n_kv);
+    for (size_t i = 0; i < nq; i++) q[i] = frand();
+    for (size_t i = 0; i < nk; i++) k[i] = frand(), v[i] = frand();
+    for (size_t i = 0; i < no; i++) o[i] = 12345.0f; /* columns outside the heads must stay */
+    const double scale = 1.0 / sqrt((double)dh);
+    for (int r = 0; r < nr; r++)
+        for (int h = 0; h < n_head; h++) {
+            double m = -INFINITY, sum = 0;
+            for (int i = 0; i < n_kv; i++) {
+                double s = 0;
+                for (int d = 0; d < dh; d++)
+                    s += (double)q[(size_t)r * qs + h * dh + d] * k[(size_t)i * kvs + h * dh + d];
+                p[i] = s * scale;
+                m = p[i] > m ? p[i] : m;
+            }
+            for (int i = 0; i < n_kv; i++) sum += (p[i] = exp(p[i] - m));
+            for (int d = 0; d < dh; d++) {
+                double acc = 0;
+                for (int i = 0; i < n_kv; i++) acc += p[i] / sum * v[(size_t)i * kvs + h * dh + d];
+                ref[(size_t)r * os + h * dh + d] = acc;
+            }
+        }
+    for (int r = 0; r < nr; r++) ref[(size_t)r * os + os - 1] = 12345.0;
+    float *dq = to_dev(q, nq), *dk = to_dev(k, nk), *dv = to_dev(v, nk), *dout = to_dev(o, no);
+    sotto_err err = {0};
+    CHECK_MSG(sotto_cuda_attention_rows(dq, qs, dk, dv, kvs, dout, os, nr, n_kv, n_head, dh, (float)scale, &err) == 0,
+              "%s", err.msg);
+    from_dev(o, dout, no);
+    double e = max_abs_diff(o, ref, no);
+    CHECK_MSG(e < 2e-5, "attention nr=%d n_kv=%d heads=%d dh=%d: max abs error %.3g", nr, n_kv, n_head, dh, e);
+    printf("  attention    nr=%d n_kv=%-5d heads=%-2d dh=%-3d max abs err %.2e\n", nr, n_kv, n_head, dh, e);
+    sotto_cuda_free(dq), sotto_cuda_free(dk), sotto_cuda_free(dv), sotto_cuda_free(dout);
+    free(q), free(k), free(v), free(o), free(ref), free(p);
+}
+
 int main(void) {
     char name[256], why[256];
     if (!sotto_cuda_available(name, sizeof name, why, sizeof why)) {
@@ -143,6 +185,12 @@ int main(void) {
     }
     test_layer_norm(1500, 384);
     test_softmax(6 * 1500, 1500); /* encoder self-attention scores of one head group */
+    test_attention(1, 1, 6, 64);
+    test_attention(1, 7, 6, 64);
+    test_attention(5, 448, 6, 64);    /* tiny: beams over the self-attention cache */
+    test_attention(1, 1500, 6, 64);   /* tiny: cross-attention */
+    test_attention(2, 1500, 20, 64);  /* large-v3-turbo: cross-attention */
+    test_attention(3, 13000, 2, 96);  /* over 48 KB of scores: opt-in shared memory */
     test_gelu(1);
     test_gelu(1000003);
     return check_report();
