@@ -84,28 +84,11 @@ struct srv_batch_req {
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
-static int respond(struct lws *wsi, unsigned int status, const char *type, const char *body,
-                   size_t len) {
-    unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr;
-    if (lws_add_http_common_headers(wsi, status, type, (lws_filepos_t)len, &p, end) ||
-        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
-                                     (const unsigned char *)"no-store", 8, &p, end) ||
-        lws_finalize_write_http_header(wsi, start, &p, end))
-        return -1;
-    unsigned char *out = malloc(LWS_PRE + len + 1);
-    if (!out) return -1;
-    memcpy(out + LWS_PRE, body, len);
-    int n = lws_write(wsi, out + LWS_PRE, len, LWS_WRITE_HTTP_FINAL);
-    free(out);
-    if (n < (int)len) return -1;
-    return lws_http_transaction_completed(wsi) ? -1 : 0;
-}
-
 static int respond_error(struct lws *wsi, unsigned int status, const char *type, const char *code,
                          const char *param, const char *msg) {
     char *j = srv_openai_error_json(type, code, param, msg);
     if (!j) return -1;
-    int rc = respond(wsi, status, "application/json", j, strlen(j));
+    int rc = srv_http_respond(wsi, status, "application/json", j, strlen(j));
     free(j);
     return rc;
 }
@@ -195,7 +178,7 @@ static int models_response(srv *s, struct lws *wsi, const char *one) {
     char *text = cJSON_PrintUnformatted(list);
     cJSON_Delete(list);
     if (!text) return respond_error(wsi, 500, "server_error", NULL, NULL, "out of memory");
-    int rc = respond(wsi, 200, "application/json", text, strlen(text));
+    int rc = srv_http_respond(wsi, 200, "application/json", text, strlen(text));
     free(text);
     return rc;
 }
@@ -284,7 +267,7 @@ int srv_batch_http(srv *s, struct lws *wsi, srv_batch_req **req, const char *uri
         r->err_body = NULL;
         *req = NULL;
         req_free(s, r);
-        respond(wsi, st, "application/json", body ? body : "{}", body ? strlen(body) : 2);
+        srv_http_respond(wsi, st, "application/json", body ? body : "{}", body ? strlen(body) : 2);
         free(body);
         return -1;
     }
@@ -417,7 +400,7 @@ int srv_batch_body_done(srv *s, struct lws *wsi, srv_batch_req **req) {
         r->err_body = NULL;
         *req = NULL; /* before the response: see srv_batch_writeable */
         req_free(s, r);
-        int rc = body ? respond(wsi, st, "application/json", body, strlen(body)) : -1;
+        int rc = body ? srv_http_respond(wsi, st, "application/json", body, strlen(body)) : -1;
         free(body);
         return rc;
     }
@@ -623,26 +606,25 @@ static void run_job(srv *s, batch_job *j) {
         finish_error(j, 500, "server_error", "transcription_failed", err.msg);
         return;
     }
-    const char *lang_name = sotto_language_name(t.language);
-    pthread_mutex_lock(&g_batch.lock);
-    if (render(j, &t, lang_name)) {
-        pthread_mutex_unlock(&g_batch.lock);
+    /* the body is only read once `finished` is set (under the lock): render it outside */
+    if (render(j, &t, sotto_language_name(t.language))) {
         sotto_transcript_free(&t);
         finish_error(j, 500, "server_error", NULL, "out of memory");
         return;
     }
-    j->status = 200;
+    cJSON *done = NULL;
     if (j->sse) {
         char *text = joined_text(&t);
-        cJSON *e = cJSON_CreateObject();
-        if (e) {
-            cJSON_AddStringToObject(e, "type", "transcript.text.done");
-            cJSON_AddStringToObject(e, "text", text ? text : "");
-            add_usage(e, t.duration);
+        if ((done = cJSON_CreateObject())) {
+            cJSON_AddStringToObject(done, "type", "transcript.text.done");
+            cJSON_AddStringToObject(done, "text", text ? text : "");
+            add_usage(done, t.duration);
         }
         free(text);
-        job_event(j, e);
     }
+    pthread_mutex_lock(&g_batch.lock);
+    j->status = 200;
+    if (done) job_event(j, done);
     j->finished = j->wake = 1;
     pthread_mutex_unlock(&g_batch.lock);
     sotto_log(SOTTO_LOG_INFO, 0, "batch: %.1f s of audio (%s) in %.2f s", t.duration,
@@ -784,7 +766,7 @@ int srv_batch_writeable(srv *s, struct lws *wsi, srv_batch_req **req) {
     pthread_mutex_unlock(&g_batch.lock);
     *req = NULL;
     req_free(s, r);
-    int rc = respond(wsi, status, ctype, body ? body : "", blen);
+    int rc = srv_http_respond(wsi, status, ctype, body ? body : "", blen);
     free(body);
     return rc;
 }

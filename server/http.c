@@ -9,8 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Sends a complete small response. */
-static int respond(struct lws *wsi, unsigned int status, const char *type, const char *body,
+int srv_http_respond(struct lws *wsi, unsigned int status, const char *type, const char *body,
                    size_t len) {
     unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf;
     if (lws_add_http_common_headers(wsi, status, type, (lws_filepos_t)len, &p, end) ||
@@ -49,15 +48,15 @@ static const char *mime_of(const char *path) {
 int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
     if (!uri) uri = "/";
     if (strcmp(uri, "/healthz") == 0) {
-        if (atomic_load(&s->draining)) return respond(wsi, 503, "text/plain", "draining\n", 9);
-        if (!atomic_load(&s->ready)) return respond(wsi, 503, "text/plain", "loading\n", 8);
-        return respond(wsi, 200, "text/plain", "ok\n", 3);
+        if (atomic_load(&s->draining)) return srv_http_respond(wsi, 503, "text/plain", "draining\n", 9);
+        if (!atomic_load(&s->ready)) return srv_http_respond(wsi, 503, "text/plain", "loading\n", 8);
+        return srv_http_respond(wsi, 200, "text/plain", "ok\n", 3);
     }
     if (strcmp(uri, "/metrics") == 0) {
         size_t len = 0;
         char *text = srv_metrics_render(s, &len);
-        if (!text) return respond(wsi, 500, "text/plain", "out of memory\n", 14);
-        int rc = respond(wsi, 200, "text/plain; version=0.0.4", text, len);
+        if (!text) return srv_http_respond(wsi, 500, "text/plain", "out of memory\n", 14);
+        int rc = srv_http_respond(wsi, 200, "text/plain; version=0.0.4", text, len);
         free(text);
         return rc;
     }
@@ -83,8 +82,8 @@ int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
         cJSON_Delete(weights);
         char *text = o ? cJSON_PrintUnformatted(o) : NULL;
         cJSON_Delete(o);
-        if (!text) return respond(wsi, 500, "text/plain", "out of memory\n", 14);
-        int rc = respond(wsi, 200, "application/json", text, strlen(text));
+        if (!text) return srv_http_respond(wsi, 500, "text/plain", "out of memory\n", 14);
+        int rc = srv_http_respond(wsi, 200, "application/json", text, strlen(text));
         free(text);
         return rc;
     }
@@ -94,11 +93,11 @@ int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
         (!strcmp(uri + ul - 4, ".vtt") || !strcmp(uri + ul - 4, ".srt"))) {
         char name[SRV_FEED_NAME_MAX + 1];
         size_t nl = ul - 14;
-        if (nl > SRV_FEED_NAME_MAX) return respond(wsi, 404, "text/plain", "no such feed\n", strlen("no such feed\n"));
+        if (nl > SRV_FEED_NAME_MAX) return srv_http_respond(wsi, 404, "text/plain", "no such feed\n", strlen("no such feed\n"));
         memcpy(name, uri + 10, nl);
         name[nl] = 0;
         srv_session *ss = srv_feed_name_ok(name) ? srv_feed_find(s, name) : NULL;
-        if (!ss) return respond(wsi, 404, "text/plain", "no such feed\n", strlen("no such feed\n"));
+        if (!ss) return srv_http_respond(wsi, 404, "text/plain", "no such feed\n", strlen("no such feed\n"));
         char key[SRV_FEED_NAME_MAX + 8] = "";
         const char *kv = lws_get_urlarg_by_name(wsi, "key=", key, (int)sizeof key);
         pthread_mutex_lock(&ss->lock);
@@ -106,27 +105,27 @@ int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
         pthread_mutex_unlock(&ss->lock);
         if (!key_ok) {
             srv_session_unref(s, ss);
-            return respond(wsi, 403, "text/plain", "this feed needs its viewer key (?key=...)\n", strlen("this feed needs its viewer key (?key=...)\n"));
+            return srv_http_respond(wsi, 403, "text/plain", "this feed needs its viewer key (?key=...)\n", strlen("this feed needs its viewer key (?key=...)\n"));
         }
         int vtt = !strcmp(uri + ul - 4, ".vtt");
         size_t len = 0;
         char *text = srv_feed_captions(ss, vtt, &len);
         srv_session_unref(s, ss);
-        if (!text) return respond(wsi, 500, "text/plain", "out of memory\n", 14);
-        int rc = respond(wsi, 200, vtt ? "text/vtt; charset=utf-8" : "application/x-subrip; charset=utf-8",
+        if (!text) return srv_http_respond(wsi, 500, "text/plain", "out of memory\n", 14);
+        int rc = srv_http_respond(wsi, 200, vtt ? "text/vtt; charset=utf-8" : "application/x-subrip; charset=utf-8",
                          text, len);
         free(text);
         return rc;
     }
     /* static files: no "..", no hidden files */
     if (uri[0] != '/' || strstr(uri, "..") || strstr(uri, "/.") || strlen(uri) > 512)
-        return respond(wsi, 400, "text/plain", "bad path\n", 9);
+        return srv_http_respond(wsi, 400, "text/plain", "bad path\n", 9);
     char path[2048];
     snprintf(path, sizeof path, "%s%s%s", s->opt.web_dir, uri,
              uri[strlen(uri) - 1] == '/' ? "index.html" : "");
     struct stat st;
     if (!s->opt.web_dir[0] || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-        return respond(wsi, 404, "text/plain", "not found\n", 10);
+        return srv_http_respond(wsi, 404, "text/plain", "not found\n", 10);
     int n = lws_serve_http_file(wsi, path, mime_of(path), NULL, 0);
     if (n < 0 || (n > 0 && lws_http_transaction_completed(wsi))) return -1;
     return 0;

@@ -267,6 +267,10 @@ int srv_gateway_create(srv *s);  /* binds the port; s->ctx */
 void srv_gateway_loop(srv *s);   /* until s->stop */
 void srv_gateway_destroy(srv *s);
 int srv_http_route(srv *s, struct lws *wsi, const char *uri);
+/* Sends a complete response (no-store); returns what the HTTP callback
+ * should: -1 to close, 0 to keep the connection. */
+int srv_http_respond(struct lws *wsi, unsigned int status, const char *type, const char *body,
+                     size_t len);
 char *srv_metrics_render(srv *s, size_t *len);
 
 #endif
