@@ -369,6 +369,28 @@ static int ensure_tx(conn *c, size_t len) {
     return 0;
 }
 
+/* The next event a connection writes after sent_upto (a lagging connection
+ * skips events that newer ones replace), or 0 when it has written everything
+ * (sent_upto then moves to the newest). Session lock held. */
+static uint64_t next_seq_locked(srv_session *ss) {
+    uint64_t last = ss->next_seq - 1, seq = ss->sent_upto + 1;
+    if (seq < ss->first_kept) seq = ss->first_kept;
+    while (seq <= last && ss->ring[seq % SRV_EVENT_RING].superseded && last - seq > SRV_LAG_SKIP) seq++;
+    if (seq <= last) return seq;
+    ss->sent_upto = last;
+    return 0;
+}
+
+/* Everything is written: close a closing session's connection, else wait.
+ * Unlocks the session. */
+static int drained_unlock(srv_session *ss, struct lws *wsi) {
+    int close_now = ss->closing;
+    pthread_mutex_unlock(&ss->lock);
+    if (!close_now) return 0;
+    lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
+    return -1;
+}
+
 /* Writes queued events while the socket takes them (up to 64 per callback), then
  * asks for another callback if more are queued; closes once a closing session
  * has written everything. */
@@ -376,22 +398,8 @@ static int write_next(srv *s, struct lws *wsi, conn *c) {
     srv_session *ss = c->ss;
     for (int n = 0; n < 64; n++) {
         pthread_mutex_lock(&ss->lock);
-        uint64_t last = ss->next_seq - 1;
-        uint64_t seq = ss->sent_upto + 1;
-        if (seq < ss->first_kept) seq = ss->first_kept;
-        /* a lagging connection skips events that newer ones replace */
-        while (seq <= last && ss->ring[seq % SRV_EVENT_RING].superseded && last - seq > SRV_LAG_SKIP)
-            seq++;
-        if (seq > last) {
-            int close_now = ss->closing;
-            ss->sent_upto = last;
-            pthread_mutex_unlock(&ss->lock);
-            if (close_now) {
-                lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
-                return -1;
-            }
-            return 0;
-        }
+        uint64_t seq = next_seq_locked(ss);
+        if (!seq) return drained_unlock(ss, wsi);
         srv_event *ev = &ss->ring[seq % SRV_EVENT_RING];
         if (ensure_tx(c, ev->len)) {
             pthread_mutex_unlock(&ss->lock);
@@ -471,19 +479,8 @@ static int dialect_write(srv *s, struct lws *wsi, conn *c) {
             return -1;
         }
         pthread_mutex_lock(&ss->lock);
-        uint64_t last = ss->next_seq - 1, seq = ss->sent_upto + 1;
-        if (seq < ss->first_kept) seq = ss->first_kept;
-        while (seq <= last && ss->ring[seq % SRV_EVENT_RING].superseded && last - seq > SRV_LAG_SKIP) seq++;
-        if (seq > last) {
-            int close_now = ss->closing;
-            ss->sent_upto = last;
-            pthread_mutex_unlock(&ss->lock);
-            if (close_now) {
-                lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
-                return -1;
-            }
-            return 0;
-        }
+        uint64_t seq = next_seq_locked(ss);
+        if (!seq) return drained_unlock(ss, wsi);
         cJSON *ev = cJSON_ParseWithLength(ss->ring[seq % SRV_EVENT_RING].json, ss->ring[seq % SRV_EVENT_RING].len);
         ss->sent_upto = seq;
         pthread_mutex_unlock(&ss->lock);
