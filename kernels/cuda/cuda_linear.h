@@ -50,6 +50,18 @@ int sotto_cuda_linear_async(const sotto_cuda_wmat *w, const float *bias, const f
                             sotto_err *err);
 int sotto_cuda_sync(sotto_err *err);
 
+/* Shape and format of an uploaded matrix; its float data when it is F32
+ * (NULL otherwise). */
+int sotto_cuda_wmat_rows(const sotto_cuda_wmat *w);
+int sotto_cuda_wmat_cols(const sotto_cuda_wmat *w);
+sotto_wfmt sotto_cuda_wmat_fmt(const sotto_cuda_wmat *w);
+const float *sotto_cuda_wmat_f32(const sotto_cuda_wmat *w);
+
+/* Decodes all of w into dst [rows][cols] (device floats, queued on the
+ * default stream): the encoder-sized path decodes one layer into a scratch
+ * buffer and hands it to cuBLAS. Same values as sotto_wmat_dequantize_rows. */
+int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_err *err);
+
 /* Small device-memory helpers for callers and tests. */
 void *sotto_cuda_malloc(size_t bytes, sotto_err *err);
 void sotto_cuda_free(void *p);

@@ -35,6 +35,21 @@ int sotto_cuda_attention_rows(const float *q, int q_stride, const float *k, cons
                               float *out, int out_stride, int nr, int n_kv, int n_head, int dh, float scale,
                               sotto_err *err);
 
+/* The same kernel for prompt processing: query row r sits at absolute
+ * position q_pos0 + r and attends causally to keys 0 .. q_pos0 + r only
+ * (the twin of sotto_attention with causal = 1); n_kv >= q_pos0 + nr. */
+int sotto_cuda_attention_causal(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
+                                float *out, int out_stride, int nr, int n_kv, int n_head, int dh, float scale,
+                                int q_pos0, sotto_err *err);
+
+/* y[i] += x[i] for n floats (residual adds of the skinny path). */
+int sotto_cuda_add(float *y, const float *x, size_t n, sotto_err *err);
+
+/* im2col of sotto_conv1d_k3: x [t_in][c_in] (time-major) ->
+ * cols [t_out][c_in * 3], cols[t][c*3 + j] = x[t*stride - 1 + j][c] or 0
+ * outside, t_out = (t_in - 1) / stride + 1. */
+int sotto_cuda_im2col_k3(const float *x, int t_in, int c_in, int stride, float *cols, sotto_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,6 +34,10 @@ static int cuda_fail(sotto_err *err, cudaError_t e, const char *what) {
 extern "C" int sotto_cuda_available(char *name, size_t name_sz, char *why, size_t why_sz) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) {
+        snprintf(why, why_sz, "%s", e == cudaErrorNoDevice ? "no CUDA device" : "no NVIDIA driver, or one older than this CUDA runtime");
+        return 0;
+    }
     if (e != cudaSuccess || n == 0) {
         snprintf(why, why_sz, "%s", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
         return 0;
@@ -235,6 +239,59 @@ extern "C" int sotto_cuda_linear_async(const sotto_cuda_wmat *w, const float *bi
     }
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "kernel launch");
+}
+
+// One thread per 8 weights (cols % 8 == 0) or per weight.
+template <int FMT, bool VEC>
+__global__ void dequant_k(WDev w, float *__restrict__ dst) {
+    __shared__ float s_nf4[16], s_e2m1[8];
+    if (threadIdx.x < 16) s_nf4[threadIdx.x] = c_nf4[threadIdx.x];
+    if (threadIdx.x < 8) s_e2m1[threadIdx.x] = c_e2m1[threadIdx.x];
+    __syncthreads();
+    const size_t total = (size_t)w.rows * (size_t)w.cols, step = VEC ? 8 : 1;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * step; i < total;
+         i += (size_t)gridDim.x * blockDim.x * step) {
+        if (VEC) {
+            float v[8];
+            decode8<FMT>(w, s_nf4, s_e2m1, i, v);
+            float4 *o = (float4 *)(dst + i);
+            o[0] = make_float4(v[0], v[1], v[2], v[3]);
+            o[1] = make_float4(v[4], v[5], v[6], v[7]);
+        } else {
+            dst[i] = FMT == SOTTO_WFMT_F32 ? ((const float *)w.data)[i] : bf16(((const uint16_t *)w.data)[i]);
+        }
+    }
+}
+
+extern "C" int sotto_cuda_wmat_rows(const sotto_cuda_wmat *w) { return w->rows; }
+extern "C" int sotto_cuda_wmat_cols(const sotto_cuda_wmat *w) { return w->cols; }
+extern "C" sotto_wfmt sotto_cuda_wmat_fmt(const sotto_cuda_wmat *w) { return w->fmt; }
+extern "C" const float *sotto_cuda_wmat_f32(const sotto_cuda_wmat *w) {
+    return w->fmt == SOTTO_WFMT_F32 ? (const float *)w->data : NULL;
+}
+
+extern "C" int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_err *err) {
+    WDev d = {w->data, w->scales, w->rows, w->cols, w->global_scale};
+    const bool vec = w->cols % 8 == 0;
+    size_t work = (size_t)w->rows * w->cols / (vec ? 8 : 1);
+    size_t g = (work + 255) / 256;
+    dim3 block(256), grid((unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g));
+    switch (w->fmt) {
+    case SOTTO_WFMT_F32:
+        if (vec) dequant_k<SOTTO_WFMT_F32, true><<<grid, block>>>(d, dst);
+        else dequant_k<SOTTO_WFMT_F32, false><<<grid, block>>>(d, dst);
+        break;
+    case SOTTO_WFMT_BF16:
+        if (vec) dequant_k<SOTTO_WFMT_BF16, true><<<grid, block>>>(d, dst);
+        else dequant_k<SOTTO_WFMT_BF16, false><<<grid, block>>>(d, dst);
+        break;
+    case SOTTO_WFMT_Q8: dequant_k<SOTTO_WFMT_Q8, true><<<grid, block>>>(d, dst); break;
+    case SOTTO_WFMT_NF4: dequant_k<SOTTO_WFMT_NF4, true><<<grid, block>>>(d, dst); break;
+    case SOTTO_WFMT_NVFP4: dequant_k<SOTTO_WFMT_NVFP4, true><<<grid, block>>>(d, dst); break;
+    default: return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
+    }
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "dequant launch");
 }
 
 extern "C" int sotto_cuda_sync(sotto_err *err) {

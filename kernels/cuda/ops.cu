@@ -113,11 +113,12 @@ extern "C" int sotto_cuda_add_bias_rows(float *x, const float *b, int n, int d, 
 // Block (head, row): 128 threads = 4 warps.
 __global__ void attention_rows_k(const float *__restrict__ q, int q_stride, const float *__restrict__ k,
                                  const float *__restrict__ v, int kv_stride, float *__restrict__ out,
-                                 int out_stride, int n_kv, int dh, float scale) {
+                                 int out_stride, int n_kv, int dh, float scale, int q_pos0) {
     extern __shared__ float sm[]; // q[dh], then scores[n_kv]
     __shared__ float red[32];
     float *qs = sm, *sc = sm + dh;
     const int h = blockIdx.x, r = blockIdx.y;
+    if (q_pos0 >= 0 && q_pos0 + r + 1 < n_kv) n_kv = q_pos0 + r + 1; // causal row
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
     const float *qr = q + (size_t)r * q_stride + (size_t)h * dh;
     for (int d = threadIdx.x; d < dh; d += blockDim.x) qs[d] = qr[d] * scale;
@@ -148,9 +149,8 @@ __global__ void attention_rows_k(const float *__restrict__ q, int q_stride, cons
     }
 }
 
-extern "C" int sotto_cuda_attention_rows(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
-                                         float *out, int out_stride, int nr, int n_kv, int n_head, int dh,
-                                         float scale, sotto_err *err) {
+static int attention(const float *q, int q_stride, const float *k, const float *v, int kv_stride, float *out,
+                     int out_stride, int nr, int n_kv, int n_head, int dh, float scale, int q_pos0, sotto_err *err) {
     if (nr <= 0 || n_head <= 0) return SOTTO_OK;
     if (n_kv <= 0 || dh <= 0 || dh > 256)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: n_kv %d, dh %d (1..256)", n_kv, dh);
@@ -162,6 +162,51 @@ extern "C" int sotto_cuda_attention_rows(const float *q, int q_stride, const flo
                                  cudaGetErrorString(e));
     }
     attention_rows_k<<<dim3((unsigned)n_head, (unsigned)nr), 128, smem>>>(q, q_stride, k, v, kv_stride, out, out_stride,
-                                                                       n_kv, dh, scale);
+                                                                       n_kv, dh, scale, q_pos0);
     return launched(err, "attention_rows");
+}
+
+extern "C" int sotto_cuda_attention_rows(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
+                                         float *out, int out_stride, int nr, int n_kv, int n_head, int dh,
+                                         float scale, sotto_err *err) {
+    return attention(q, q_stride, k, v, kv_stride, out, out_stride, nr, n_kv, n_head, dh, scale, -1, err);
+}
+
+extern "C" int sotto_cuda_attention_causal(const float *q, int q_stride, const float *k, const float *v,
+                                           int kv_stride, float *out, int out_stride, int nr, int n_kv, int n_head,
+                                           int dh, float scale, int q_pos0, sotto_err *err) {
+    if (q_pos0 < 0 || n_kv < q_pos0 + nr)
+        return sotto_err_set(err, SOTTO_E_INVALID, "cuda causal attention: %d keys for rows at %d..%d", n_kv,
+                             q_pos0, q_pos0 + nr - 1);
+    return attention(q, q_stride, k, v, kv_stride, out, out_stride, nr, n_kv, n_head, dh, scale, q_pos0, err);
+}
+
+__global__ void add_k(float *y, const float *__restrict__ x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+extern "C" int sotto_cuda_add(float *y, const float *x, size_t n, sotto_err *err) {
+    if (!n) return SOTTO_OK;
+    add_k<<<grid_for(n), 256>>>(y, x, n);
+    return launched(err, "add");
+}
+
+// One thread per output element of cols [t_out][c_in * 3].
+__global__ void im2col_k3_k(const float *__restrict__ x, int t_in, int c_in, int stride, int t_out,
+                            float *__restrict__ cols) {
+    const size_t kc = (size_t)c_in * 3, total = (size_t)t_out * kc;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const int t = (int)(i / kc), rem = (int)(i % kc), c = rem / 3, j = rem % 3;
+        const int ti = t * stride - 1 + j;
+        cols[i] = ti < 0 || ti >= t_in ? 0.f : x[(size_t)ti * c_in + c];
+    }
+}
+
+extern "C" int sotto_cuda_im2col_k3(const float *x, int t_in, int c_in, int stride, float *cols, sotto_err *err) {
+    if (t_in <= 0 || c_in <= 0 || stride <= 0)
+        return sotto_err_set(err, SOTTO_E_INVALID, "cuda im2col: t_in %d, c_in %d, stride %d", t_in, c_in, stride);
+    const int t_out = (t_in - 1) / stride + 1;
+    im2col_k3_k<<<grid_for((size_t)t_out * c_in * 3), 256>>>(x, t_in, c_in, stride, t_out, cols);
+    return launched(err, "im2col_k3");
 }

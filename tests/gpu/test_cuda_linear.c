@@ -102,6 +102,40 @@ static void run_case(sotto_wfmt fmt, int dq, int rows, int cols, int n, int with
     free(src), free(x), free(bias), free(y_cpu), free(y_gpu), free(mag), free(wrow);
 }
 
+/* sotto_cuda_wmat_dequant against sotto_wmat_dequantize_rows (the CPU's
+ * decoding): the same code tables and one or two float multiplies, so the
+ * values must agree to the last bit or nearly. */
+static void run_dequant(sotto_wfmt fmt, int dq, int rows, int cols) {
+    size_t nw = (size_t)rows * cols;
+    float *src = malloc(sizeof(float) * nw), *cpu = malloc(sizeof(float) * nw), *gpu = malloc(sizeof(float) * nw);
+    for (size_t i = 0; i < nw; i++) src[i] = frand() * 0.05f;
+    qmat q;
+    CHECK(make(&q, fmt, rows, cols, src, dq) == 0);
+    sotto_wmat_dequantize_rows(&q.w, 0, rows, cpu);
+    sotto_err err = {0};
+    sotto_cuda_wmat *d = sotto_cuda_wmat_upload(&q.w, &err);
+    float *dd = sotto_cuda_malloc(sizeof(float) * nw, &err);
+    CHECK_MSG(d && dd, "%s", err.msg);
+    if (d && dd) {
+        CHECK_MSG(sotto_cuda_wmat_dequant(d, dd, &err) == 0, "%s", err.msg);
+        CHECK(sotto_cuda_sync(&err) == 0);
+        CHECK(sotto_cuda_copy(gpu, dd, sizeof(float) * nw, 0, &err) == 0);
+        double worst = 0;
+        for (size_t i = 0; i < nw; i++) {
+            double e = fabs((double)gpu[i] - cpu[i]) / (fabs(cpu[i]) + 1e-30);
+            if (e > worst || e != e) worst = e;
+        }
+        CHECK_MSG(worst < 1e-6, "dequant %s%s %dx%d: relative error %.3g", sotto_wfmt_name(fmt), dq ? "+dq" : "",
+                  rows, cols, worst);
+        printf("  dequant %-8s %6d x %-5d max rel err %.2e\n", dq ? "nf4+dq" : sotto_wfmt_name(fmt), rows, cols,
+               worst);
+    }
+    sotto_cuda_free(dd);
+    sotto_cuda_wmat_free(d);
+    free(q.data), free(q.scales), free(q.codes), free(q.nested);
+    free(src), free(cpu), free(gpu);
+}
+
 int main(void) {
     char name[256], why[256];
     if (!sotto_cuda_available(name, sizeof name, why, sizeof why)) {
@@ -124,5 +158,13 @@ int main(void) {
     run_case(SOTTO_WFMT_F32, 0, 5, 77, 3, 1);
     run_case(SOTTO_WFMT_BF16, 0, 33, 129, 9, 0);
     run_case(SOTTO_WFMT_BF16, 0, 1, 1, 1, 1);
+    /* the encoder-sized path decodes whole layers for cuBLAS */
+    for (int f = 0; f < SOTTO_WFMT_COUNT; f++)
+        for (int dq = 0; dq <= (f == SOTTO_WFMT_NF4); dq++) {
+            run_dequant((sotto_wfmt)f, dq, 384, 1536);
+            run_dequant((sotto_wfmt)f, dq, 1280, 5120);
+        }
+    run_dequant(SOTTO_WFMT_F32, 0, 7, 77);
+    run_dequant(SOTTO_WFMT_BF16, 0, 33, 129);
     return check_report();
 }

@@ -1,7 +1,8 @@
-/* test_cuda_ops.c - the GPU's layer norm, GELU, row softmax and bias rows
- * (kernels/cuda/ops.cu) against double-precision references written here,
- * on random inputs of Whisper's widths and odd ones, with masked (-inf)
- * softmax entries and a fully masked row.
+/* test_cuda_ops.c - the GPU's layer norm, GELU, row softmax, bias rows, adds,
+ * im2col and attention (plain and causal) (kernels/cuda/ops.cu) against
+ * double-precision references written here, on random inputs of Whisper's
+ * widths and odd ones, with masked (-inf) softmax entries and a fully masked
+ * row.
  *
  * Needs a CUDA device: without one it prints why and exits 77 ("not run").
  */
@@ -129,7 +130,7 @@ static void test_bias(int n, int d) {
 
 /* nr rows x n_head heads over n_kv keys, heads interleaved in the columns
  * (strides wider than n_head * dh, as the engine's fused QKV buffers are). */
-static void test_attention(int nr, int n_kv, int n_head, int dh) {
+static void test_attention_q(int nr, int n_kv, int n_head, int dh, int q_pos0) {
     int qs = n_head * dh + 3, kvs = n_head * dh + 5, os = n_head * dh + 1;
     size_t nq = (size_t)nr * qs, nk = (size_t)n_kv * kvs, no = (size_t)nr * os;
     float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nk);
@@ -142,31 +143,82 @@ static void test_attention(int nr, int n_kv, int n_head, int dh) {
     for (int r = 0; r < nr; r++)
         for (int h = 0; h < n_head; h++) {
             double m = -INFINITY, sum = 0;
-            for (int i = 0; i < n_kv; i++) {
+            /* causal: row r sits at position q_pos0 + r */
+            const int nkr = q_pos0 >= 0 && q_pos0 + r + 1 < n_kv ? q_pos0 + r + 1 : n_kv;
+            for (int i = 0; i < nkr; i++) {
                 double s = 0;
                 for (int d = 0; d < dh; d++)
                     s += (double)q[(size_t)r * qs + h * dh + d] * k[(size_t)i * kvs + h * dh + d];
                 p[i] = s * scale;
                 m = p[i] > m ? p[i] : m;
             }
-            for (int i = 0; i < n_kv; i++) sum += (p[i] = exp(p[i] - m));
+            for (int i = 0; i < nkr; i++) sum += (p[i] = exp(p[i] - m));
             for (int d = 0; d < dh; d++) {
                 double acc = 0;
-                for (int i = 0; i < n_kv; i++) acc += p[i] / sum * v[(size_t)i * kvs + h * dh + d];
+                for (int i = 0; i < nkr; i++) acc += p[i] / sum * v[(size_t)i * kvs + h * dh + d];
                 ref[(size_t)r * os + h * dh + d] = acc;
             }
         }
     for (int r = 0; r < nr; r++) ref[(size_t)r * os + os - 1] = 12345.0;
     float *dq = to_dev(q, nq), *dk = to_dev(k, nk), *dv = to_dev(v, nk), *dout = to_dev(o, no);
     sotto_err err = {0};
-    CHECK_MSG(sotto_cuda_attention_rows(dq, qs, dk, dv, kvs, dout, os, nr, n_kv, n_head, dh, (float)scale, &err) == 0,
-              "%s", err.msg);
+    if (q_pos0 < 0)
+        CHECK_MSG(sotto_cuda_attention_rows(dq, qs, dk, dv, kvs, dout, os, nr, n_kv, n_head, dh, (float)scale, &err) == 0,
+                  "%s", err.msg);
+    else
+        CHECK_MSG(sotto_cuda_attention_causal(dq, qs, dk, dv, kvs, dout, os, nr, n_kv, n_head, dh, (float)scale, q_pos0,
+                                              &err) == 0,
+                  "%s", err.msg);
     from_dev(o, dout, no);
     double e = max_abs_diff(o, ref, no);
-    CHECK_MSG(e < 2e-5, "attention nr=%d n_kv=%d heads=%d dh=%d: max abs error %.3g", nr, n_kv, n_head, dh, e);
-    printf("  attention    nr=%d n_kv=%-5d heads=%-2d dh=%-3d max abs err %.2e\n", nr, n_kv, n_head, dh, e);
+    CHECK_MSG(e < 2e-5, "attention nr=%d n_kv=%d heads=%d dh=%d q_pos0=%d: max abs error %.3g", nr, n_kv, n_head, dh,
+              q_pos0, e);
+    printf("  attention    nr=%-3d n_kv=%-5d heads=%-2d dh=%-3d %s max abs err %.2e\n", nr, n_kv, n_head, dh,
+           q_pos0 < 0 ? "      " : "causal", e);
     sotto_cuda_free(dq), sotto_cuda_free(dk), sotto_cuda_free(dv), sotto_cuda_free(dout);
     free(q), free(k), free(v), free(o), free(ref), free(p);
+}
+
+static void test_attention(int nr, int n_kv, int n_head, int dh) { test_attention_q(nr, n_kv, n_head, dh, -1); }
+
+static void test_add(size_t n) {
+    float *y = malloc(sizeof(float) * n), *x = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n);
+    for (size_t i = 0; i < n; i++) y[i] = frand(), x[i] = frand(), ref[i] = (double)y[i] + x[i];
+    float *dy = to_dev(y, n), *dx = to_dev(x, n);
+    sotto_err err = {0};
+    CHECK_MSG(sotto_cuda_add(dy, dx, n, &err) == 0, "%s", err.msg);
+    from_dev(y, dy, n);
+    double e = max_abs_diff(y, ref, n);
+    CHECK_MSG(e < 1e-6, "add n=%zu: max abs error %.3g", n, e);
+    printf("  add          n=%-8zu max abs err %.2e\n", n, e);
+    sotto_cuda_free(dy), sotto_cuda_free(dx);
+    free(y), free(x), free(ref);
+}
+
+/* im2col of a kernel-3 convolution with padding 1, as sotto_conv1d_k3 builds
+ * it: exact copies, zeros at the edges. */
+static void test_im2col(int t_in, int c_in, int stride) {
+    const int t_out = (t_in - 1) / stride + 1, kc = c_in * 3;
+    size_t nx = (size_t)t_in * c_in, nc = (size_t)t_out * kc;
+    float *x = malloc(sizeof(float) * nx), *cols = malloc(sizeof(float) * nc);
+    double *ref = malloc(sizeof(double) * nc);
+    for (size_t i = 0; i < nx; i++) x[i] = frand();
+    for (int t = 0; t < t_out; t++)
+        for (int c = 0; c < c_in; c++)
+            for (int j = 0; j < 3; j++) {
+                int ti = t * stride - 1 + j;
+                ref[(size_t)t * kc + c * 3 + j] = ti < 0 || ti >= t_in ? 0.0 : x[(size_t)ti * c_in + c];
+            }
+    float *dx = to_dev(x, nx), *dc = to_dev(cols, nc);
+    sotto_err err = {0};
+    CHECK_MSG(sotto_cuda_im2col_k3(dx, t_in, c_in, stride, dc, &err) == 0, "%s", err.msg);
+    from_dev(cols, dc, nc);
+    double e = max_abs_diff(cols, ref, nc);
+    CHECK_MSG(e == 0, "im2col t_in=%d c_in=%d stride=%d: max abs error %.3g", t_in, c_in, stride, e);
+    printf("  im2col       t_in=%-5d c_in=%-4d stride=%d max abs err %.2e\n", t_in, c_in, stride, e);
+    sotto_cuda_free(dx), sotto_cuda_free(dc);
+    free(x), free(cols), free(ref);
 }
 
 int main(void) {
@@ -191,7 +243,17 @@ int main(void) {
     test_attention(1, 1500, 6, 64);   /* tiny: cross-attention */
     test_attention(2, 1500, 20, 64);  /* large-v3-turbo: cross-attention */
     test_attention(3, 13000, 2, 96);  /* over 48 KB of scores: opt-in shared memory */
+    test_attention_q(7, 7, 6, 64, 0);       /* a prompt from position 0 */
+    test_attention_q(66, 70, 6, 64, 4);     /* a prompt after 4 cached tokens */
+    test_attention_q(224, 224, 20, 64, 0);  /* large-v3-turbo's longest prompt */
     test_gelu(1);
     test_gelu(1000003);
+    test_add(1);
+    test_add(1500 * 384 + 7);
+    test_im2col(3000, 80, 1);   /* conv1 of tiny */
+    test_im2col(3000, 384, 2);  /* conv2 of tiny */
+    test_im2col(3000, 128, 1);  /* conv1 of large-v3 */
+    test_im2col(5, 3, 2);
+    test_im2col(1, 1, 1);
     return check_report();
 }
