@@ -36,7 +36,7 @@ static double median(double *v, int n) {
 int main(int argc, char **argv) {
     sotto_blas_check_coretype(argv);
     const char *model_dir = "models/tiny.en";
-    int threads = 0, reps = 3, streams = 8, steps = 32;
+    int threads = 0, reps = 3, streams = 8, steps = 32, synthetic = 0;
     sotto_model_params mp = sotto_model_default_params();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model_dir = argv[++i];
@@ -50,9 +50,15 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(argv[i], "--policy") && i + 1 < argc) mp.policy = argv[++i];
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            if (sotto_device_parse(argv[++i], &mp.device)) {
+                fprintf(stderr, "bench_engine: unknown device %s\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--synthetic")) synthetic = 1;
         else {
-            fprintf(stderr, "usage: bench_engine [--model DIR] [--weights F] [--policy P] "
-                            "[--threads N] [--reps N] [--streams N] [--steps N]\n");
+            fprintf(stderr, "usage: bench_engine [--model DIR] [--weights F] [--policy P] [--device D] "
+                            "[--threads N] [--reps N] [--streams N] [--steps N] [--synthetic]\n");
             return 2;
         }
     }
@@ -63,6 +69,8 @@ int main(int argc, char **argv) {
     threads = sotto_threads_set(threads);
     sotto_err err;
     sotto_err_clear(&err);
+    size_t vram0 = 0, vram1 = 0, vram2 = 0, vram_total = 0;
+    int gpu = mp.device != SOTTO_DEVICE_CPU && !sotto_device_memory(&vram0, &vram_total, NULL);
     double t0 = now_ms();
     sotto_model *m = sotto_model_load(model_dir, &mp, &err);
     if (!m) {
@@ -70,6 +78,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     double t_load = now_ms() - t0;
+    gpu = gpu && sotto_model_device(m) == SOTTO_DEVICE_CUDA;
+    if (gpu) sotto_device_memory(&vram1, &vram_total, NULL);
     const sotto_hparams *hp = sotto_model_hparams(m);
     const sotto_special_tokens *sp = sotto_model_special(m);
 
@@ -155,13 +165,15 @@ int main(int argc, char **argv) {
         }
         t_step[k] = median(v, steps);
     }
+    if (gpu) sotto_device_memory(&vram2, &vram_total, NULL);
     char policy[512];
     sotto_model_policy_string(m, policy, sizeof policy);
-    printf("model %s: %d mels, width %d, %d+%d layers, vocab %d, weights %.1f MB (%s)\n",
-           model_dir, hp->n_mels, hp->n_audio_state, hp->n_audio_layer, hp->n_text_layer,
-           hp->n_vocab, sotto_model_weight_bytes(m) / 1e6, policy);
-    printf("threads %d, BLAS core %s, medians of %d reps / %d steps\n", threads,
-           sotto_blas_corename(), reps, steps);
+    printf("model %s%s: %d mels, width %d, %d+%d layers, vocab %d, weights %.1f MB (%s)\n",
+           model_dir, synthetic ? " (synthetic: random weights, shapes only)" : "", hp->n_mels,
+           hp->n_audio_state, hp->n_audio_layer, hp->n_text_layer, hp->n_vocab,
+           sotto_model_weight_bytes(m) / 1e6, policy);
+    printf("device %s, threads %d, BLAS core %s, medians of %d reps / %d steps\n",
+           sotto_model_device_desc(m), threads, sotto_blas_corename(), reps, steps);
     printf("| stage | ms |\n|---|---|\n");
     printf("| load model | %.1f |\n", t_load);
     printf("| log-mel, 30 s | %.2f |\n", t_mel);
@@ -170,6 +182,17 @@ int main(int argc, char **argv) {
     printf("| decoder step, 1 stream | %.2f |\n", t_step[0]);
     printf("| decoder step, %d streams (per step) | %.2f |\n", streams, t_step[1]);
     printf("| decoder step, %d streams (per token) | %.2f |\n", streams, t_step[1] / streams);
+    if (gpu) {
+        printf("| VRAM: weights, MiB (encoder / decoder / embedding) | %.1f (%.1f / %.1f / %.1f) |\n",
+               (sotto_model_device_part_bytes(m, 0) + sotto_model_device_part_bytes(m, 1) +
+                sotto_model_device_part_bytes(m, 2)) / 1048576.0,
+               sotto_model_device_part_bytes(m, 0) / 1048576.0, sotto_model_device_part_bytes(m, 1) / 1048576.0,
+               sotto_model_device_part_bytes(m, 2) / 1048576.0);
+        printf("| VRAM: in use after loading, MiB (device-wide, less before) | %.1f |\n",
+               ((double)vram1 - (double)vram0) / 1048576.0);
+        printf("| VRAM: in use after the run (+%d states, scratch), MiB | %.1f |\n", streams,
+               ((double)vram2 - (double)vram0) / 1048576.0);
+    }
     for (int s = 0; s < streams; s++) sotto_state_free(st[s]);
     free(st);
     sotto_workspace_free(ws);

@@ -35,6 +35,8 @@ static void usage(FILE *f) {
             "                         loading; a snapshot from `sotto quantize` keeps its own)\n"
             "  --policy P             per-part formats, e.g. encoder=nvfp4,decoder=q8,embed=bf16\n"
             "  --nf4-double-quant     store NF4 block scales as 8-bit codes (bitsandbytes)\n"
+            "  --device D             cpu | auto | cuda (default cpu; auto uses a GPU when one\n"
+            "                         is usable, else the CPU, and says why in one line)\n"
             "  --language L           language code or name, or auto (multilingual models)\n"
             "  --task T               transcribe | translate (multilingual models)\n"
             "  --beam N               beam size; 1 = greedy (default 5)\n"
@@ -112,6 +114,7 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
         else if (strcmp(a, "--model") == 0) { NEED_VALUE(); o->model = v; }
         else if (strcmp(a, "--weights") == 0) { NEED_VALUE(); if (sotto_wfmt_parse(v, &o->mp.weights)) goto bad; }
         else if (strcmp(a, "--policy") == 0) { NEED_VALUE(); o->mp.policy = v; }
+        else if (strcmp(a, "--device") == 0) { NEED_VALUE(); if (sotto_device_parse(v, &o->mp.device)) goto bad; }
         else if (strcmp(a, "--nf4-double-quant") == 0) o->mp.nf4_double_quant = 1;
         else if (strcmp(a, "--language") == 0) { NEED_VALUE(); o->t.language = v; }
         else if (strcmp(a, "--task") == 0) {

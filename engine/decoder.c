@@ -7,6 +7,7 @@
  *              x += fc2(GELU(fc1(LN(x))))
  *   logits = LN(x) emb^T
  */
+#include "gpu.h"
 #include "ops.h"
 #include "state.h"
 
@@ -14,11 +15,7 @@
 #include <omp.h>
 #include <string.h>
 
-typedef struct row_ref {
-    sotto_state *st;
-    int seq;
-    int pos; /* position of this row's token */
-} row_ref;
+typedef sotto_row_ref row_ref;
 
 /* Floats of workspace needed to hold n row_refs. */
 static size_t row_ref_floats(int n) {
@@ -188,6 +185,11 @@ int sotto_decode_tokens(const sotto_model *m, sotto_workspace *ws, sotto_state *
     for (int i = 0; i < n_tokens; i++) rr[i] = (row_ref){st, seq, p0 + i};
     int rc = embed(m, tokens, rr, n_tokens, x, err);
     if (rc) return rc;
+    if (m->gpu) {
+        if ((rc = sotto_gpu_decode(m, ws, rr, n_tokens, 1, x, want, n_want, logits, err))) return rc;
+        st->seq_len[seq] = p0 + n_tokens;
+        return SOTTO_OK;
+    }
     if ((rc = run_layers(m, ws, rr, n_tokens, 1, x, err))) return rc;
     st->seq_len[seq] = p0 + n_tokens;
     if (n_want > 0) rc = project(m, ws, x, want, n_want, logits, err);
@@ -213,6 +215,11 @@ int sotto_decode_step(const sotto_model *m, sotto_workspace *ws, sotto_state *co
     }
     int rc = embed(m, tokens, rows, n, x, err);
     if (rc) return rc;
+    if (m->gpu) {
+        if ((rc = sotto_gpu_decode(m, ws, rows, n, 0, x, NULL, n, logits, err))) return rc;
+        for (int i = 0; i < n; i++) rows[i].st->seq_len[rows[i].seq] = rows[i].pos + 1;
+        return SOTTO_OK;
+    }
     if ((rc = run_layers(m, ws, rows, n, 0, x, err))) return rc;
     for (int i = 0; i < n; i++) rows[i].st->seq_len[rows[i].seq] = rows[i].pos + 1;
     return project(m, ws, x, NULL, n, logits, err);

@@ -5,6 +5,7 @@
  *   per layer: x += o(attn(LN(x)));  x += fc2(GELU(fc1(LN(x))))
  *   enc_out = LN(x)
  */
+#include "gpu.h"
 #include "ops.h"
 #include "state.h"
 
@@ -26,6 +27,7 @@ int sotto_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_state *c
         for (int c = 0; c < b; c++)
             if (sts[c] == sts[b]) return sotto_err_set(err, SOTTO_E_INVALID, "a state appears twice in a batch");
     }
+    if (m->gpu) return sotto_gpu_encode_batch(m, ws, sts, mels, B, err);
     const size_t BT = (size_t)B * T;
 
     /* per window: mel [nm][T2] -> time-major [T2][nm] (WS_H), conv1 -> [T2][d]

@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model.h"
 
+#include "gpu.h"
+
 #include "half.h"
 #include "log.h"
 #include "quant.h"
@@ -10,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -623,6 +626,69 @@ int sotto_model_formats_asked(const sotto_model *m) {
     return m->params.weights != SOTTO_WFMT_DEFAULT || (m->params.policy && *m->params.policy);
 }
 
+const char *sotto_device_name(sotto_device dev) {
+    switch (dev) {
+    case SOTTO_DEVICE_CPU: return "cpu";
+    case SOTTO_DEVICE_AUTO: return "auto";
+    case SOTTO_DEVICE_CUDA: return "cuda";
+    }
+    return "?";
+}
+
+int sotto_device_parse(const char *name, sotto_device *out) {
+    static const sotto_device all[] = {SOTTO_DEVICE_CPU, SOTTO_DEVICE_AUTO, SOTTO_DEVICE_CUDA};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (name && !strcmp(name, sotto_device_name(all[i]))) {
+            *out = all[i];
+            return SOTTO_OK;
+        }
+    return SOTTO_E_INVALID;
+}
+
+int sotto_device_cuda_usable(char *desc, size_t desc_sz, char *why, size_t why_sz) {
+    return sotto_gpu_probe(desc, desc_sz, why, why_sz);
+}
+
+int sotto_device_memory(size_t *used, size_t *total, sotto_err *err) {
+    return sotto_gpu_mem_info(used, total, err);
+}
+
+/* Puts a loaded model where params asked: the CPU, the GPU, or (AUTO) the
+ * GPU when one is usable, else the CPU with one log line saying why. */
+static int place_model(sotto_model *m, sotto_device dev, sotto_err *err) {
+    m->device = SOTTO_DEVICE_CPU;
+    snprintf(m->device_desc, sizeof m->device_desc, "cpu");
+    if (dev == SOTTO_DEVICE_CPU) return SOTTO_OK;
+    if (dev != SOTTO_DEVICE_AUTO && dev != SOTTO_DEVICE_CUDA)
+        return sotto_err_set(err, SOTTO_E_INVALID, "unknown device %d", (int)dev);
+    char desc[128], why[256];
+    if (!sotto_gpu_probe(desc, sizeof desc, why, sizeof why)) {
+        if (dev == SOTTO_DEVICE_CUDA)
+            return sotto_err_set(err, SOTTO_E_UNSUPPORTED, "device cuda: no usable GPU: %s", why);
+        static atomic_int said; /* once per process, not once per model */
+        if (!atomic_exchange(&said, 1))
+            SOTTO_INFO("device auto: no usable GPU (%s); running on the CPU", why);
+        return SOTTO_OK;
+    }
+    m->gpu = sotto_gpu_model_create(m, err);
+    if (!m->gpu) return err && err->code ? err->code : SOTTO_E_INTERNAL;
+    m->device = SOTTO_DEVICE_CUDA;
+    snprintf(m->device_desc, sizeof m->device_desc, "%s", desc);
+    SOTTO_INFO("%s: weights on %s: %.1f MiB (encoder %.1f, decoder %.1f, embedding %.1f)", m->dir,
+               desc, (sotto_gpu_model_part_bytes(m->gpu, 0) + sotto_gpu_model_part_bytes(m->gpu, 1) +
+                      sotto_gpu_model_part_bytes(m->gpu, 2)) / 1048576.0,
+               sotto_gpu_model_part_bytes(m->gpu, 0) / 1048576.0,
+               sotto_gpu_model_part_bytes(m->gpu, 1) / 1048576.0,
+               sotto_gpu_model_part_bytes(m->gpu, 2) / 1048576.0);
+    return SOTTO_OK;
+}
+
+sotto_device sotto_model_device(const sotto_model *m) { return m->device; }
+const char *sotto_model_device_desc(const sotto_model *m) { return m->device_desc; }
+size_t sotto_model_device_part_bytes(const sotto_model *m, int part) {
+    return sotto_gpu_model_part_bytes(m->gpu, part);
+}
+
 sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params, sotto_err *err) {
     sotto_model_params p = params ? *params : sotto_model_default_params();
     sotto_model *m = calloc(1, sizeof *m);
@@ -674,6 +740,7 @@ sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params,
     m->mel = sotto_mel_create(m->hp.n_mels, err);
     if (!m->mel) goto fail;
     if (!m->borrows_map) sotto_mapfile_close(&m->map);
+    if (place_model(m, p.device, err)) goto fail;
     m->load_peak_rss = sotto_peak_rss();
     SOTTO_DEBUG("loaded %s (%s): %d mels, width %d, %d+%d layers, %d heads, vocab %d", dir,
                 m->format_name, m->hp.n_mels, m->hp.n_audio_state, m->hp.n_audio_layer,
@@ -686,6 +753,7 @@ fail:
 
 void sotto_model_free(sotto_model *m) {
     if (!m) return;
+    sotto_gpu_model_free(m->gpu);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     sotto_mapfile_close(&m->map);

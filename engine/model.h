@@ -118,6 +118,10 @@ struct sotto_model {
     size_t load_peak_rss; /* VmHWM after loading, bytes (0 if unknown) */
     size_t largest_tensor; /* bytes of the largest checkpoint tensor */
 
+    sotto_device device;          /* where it runs: CPU or CUDA */
+    char device_desc[160];        /* "cpu" or the GPU's name */
+    struct sotto_gpu_model *gpu;  /* the weights on the GPU (gpu.h), or NULL */
+
     sotto_slot *slots;   /* kept after loading: snapshots are written from it */
     int n_slots;
     void **owned; /* buffers this model allocated */

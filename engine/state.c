@@ -1,4 +1,5 @@
 /* state.c - per-stream state and per-thread workspace management. */
+#include "gpu.h"
 #include "state.h"
 
 #include <stdlib.h>
@@ -9,6 +10,7 @@ sotto_workspace *sotto_workspace_create(void) { return calloc(1, sizeof(sotto_wo
 void sotto_workspace_free(sotto_workspace *ws) {
     if (!ws) return;
     for (int i = 0; i < WS_COUNT; i++) free(ws->buf[i]);
+    sotto_gpu_ws_free(ws->gpu);
     free(ws);
 }
 
@@ -44,14 +46,20 @@ sotto_state *sotto_state_create(const sotto_model *m, int max_seqs, sotto_err *e
     size_t cross = (size_t)hp->n_text_layer * hp->n_audio_ctx * hp->n_text_state;
     size_t self = (size_t)hp->n_text_layer * max_seqs * hp->n_text_ctx * hp->n_text_state;
     st->enc_out = alloc_floats((size_t)hp->n_audio_ctx * hp->n_audio_state);
+    st->seq_len = calloc((size_t)max_seqs, sizeof(int));
+    if (!st->enc_out || !st->seq_len) goto oom;
+    if (m->gpu) { /* K/V and the encoder output live on the device */
+        if (sotto_gpu_state_alloc(st, err)) {
+            sotto_state_free(st);
+            return NULL;
+        }
+        return st;
+    }
     st->cross_k = alloc_floats(cross);
     st->cross_v = alloc_floats(cross);
     st->self_k = alloc_floats(self);
     st->self_v = alloc_floats(self);
-    st->seq_len = calloc((size_t)max_seqs, sizeof(int));
-    if (!st->enc_out || !st->cross_k || !st->cross_v || !st->self_k || !st->self_v ||
-        !st->seq_len)
-        goto oom;
+    if (!st->cross_k || !st->cross_v || !st->self_k || !st->self_v) goto oom;
     return st;
 oom:
     sotto_state_free(st);
@@ -62,17 +70,28 @@ oom:
 void sotto_state_free(sotto_state *st) {
     if (!st) return;
     free(st->enc_out);
-    free(st->cross_k);
-    free(st->cross_v);
-    free(st->self_k);
-    free(st->self_v);
+    if (st->on_gpu) {
+        sotto_gpu_state_release(st);
+    } else {
+        free(st->cross_k);
+        free(st->cross_v);
+        free(st->self_k);
+        free(st->self_v);
+    }
     free(st->seq_len);
     free(st);
 }
 
 int sotto_state_max_seqs(const sotto_state *st) { return st->max_seqs; }
 
-const float *sotto_state_encoder_output(const sotto_state *st) { return st->enc_out; }
+const float *sotto_state_encoder_output(const sotto_state *st) {
+    /* a GPU state copies it back on first use after each encode (the state
+     * object itself is never const: only the callers' view of it is) */
+    if (st->on_gpu && st->enc_out_stale &&
+        sotto_gpu_state_fetch_encoder_output((sotto_state *)st, NULL))
+        return NULL;
+    return st->enc_out;
+}
 
 int sotto_state_seq_len(const sotto_state *st, int seq) {
     return seq >= 0 && seq < st->max_seqs ? st->seq_len[seq] : -1;
@@ -82,6 +101,13 @@ int sotto_state_seq_truncate(sotto_state *st, int seq, int len) {
     if (seq < 0 || seq >= st->max_seqs || len < 0 || len > st->seq_len[seq])
         return SOTTO_E_INVALID;
     st->seq_len[seq] = len;
+    return SOTTO_OK;
+}
+
+/* memcpy, or a device-to-device copy for a GPU state. */
+static int copy_rows(const sotto_state *st, float *dst, const float *src, size_t bytes) {
+    if (st->on_gpu) return sotto_gpu_copy(dst, src, bytes, NULL);
+    memcpy(dst, src, bytes);
     return SOTTO_OK;
 }
 
@@ -101,25 +127,32 @@ int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int 
     for (int i = 0; i < n; i++)
         if ((size_t)lens[i] > max_rows) max_rows = (size_t)lens[i];
     size_t per = max_rows * row;
-    float *tmp = per ? malloc(sizeof(float) * per * (size_t)n * 2) : NULL;
+    size_t tmp_bytes = sizeof(float) * per * (size_t)n * 2;
+    float *tmp = NULL;
+    if (per) tmp = st->on_gpu ? sotto_gpu_alloc(tmp_bytes, NULL) : malloc(tmp_bytes);
     if (per && !tmp) return SOTTO_E_NOMEM;
-    for (int l = 0; l < hp->n_text_layer; l++) {
-        for (int i = 0; i < n; i++) {
+    int rc = SOTTO_OK;
+    for (int l = 0; l < hp->n_text_layer && !rc; l++) {
+        for (int i = 0; i < n && !rc; i++) {
             if (dst[i] == src[i] || lens[i] == 0) continue;
-            memcpy(tmp + (size_t)(2 * i) * per, sotto_state_self(st, st->self_k, l, src[i]),
-                   sizeof(float) * (size_t)lens[i] * row);
-            memcpy(tmp + (size_t)(2 * i + 1) * per, sotto_state_self(st, st->self_v, l, src[i]),
-                   sizeof(float) * (size_t)lens[i] * row);
+            size_t bytes = sizeof(float) * (size_t)lens[i] * row;
+            rc = copy_rows(st, tmp + (size_t)(2 * i) * per, sotto_state_self(st, st->self_k, l, src[i]), bytes);
+            if (!rc)
+                rc = copy_rows(st, tmp + (size_t)(2 * i + 1) * per,
+                               sotto_state_self(st, st->self_v, l, src[i]), bytes);
         }
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && !rc; i++) {
             if (dst[i] == src[i] || lens[i] == 0) continue;
-            memcpy(sotto_state_self(st, st->self_k, l, dst[i]), tmp + (size_t)(2 * i) * per,
-                   sizeof(float) * (size_t)lens[i] * row);
-            memcpy(sotto_state_self(st, st->self_v, l, dst[i]), tmp + (size_t)(2 * i + 1) * per,
-                   sizeof(float) * (size_t)lens[i] * row);
+            size_t bytes = sizeof(float) * (size_t)lens[i] * row;
+            rc = copy_rows(st, sotto_state_self(st, st->self_k, l, dst[i]), tmp + (size_t)(2 * i) * per, bytes);
+            if (!rc)
+                rc = copy_rows(st, sotto_state_self(st, st->self_v, l, dst[i]),
+                               tmp + (size_t)(2 * i + 1) * per, bytes);
         }
     }
-    free(tmp);
+    if (st->on_gpu) sotto_gpu_release(tmp); /* waits for the copies */
+    else free(tmp);
+    if (rc) return rc;
     for (int i = 0; i < n; i++) st->seq_len[dst[i]] = lens[i];
     return SOTTO_OK;
 }

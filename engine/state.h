@@ -9,11 +9,22 @@ struct sotto_state {
     const sotto_model *m;
     int max_seqs;
     int encoded;
-    float *enc_out;          /* [n_audio_ctx][d] */
+    float *enc_out;          /* [n_audio_ctx][d], host memory */
+    /* On a GPU model (on_gpu) these four are device pointers (gpu.h): */
     float *cross_k, *cross_v; /* [n_text_layer][n_audio_ctx][d] */
     float *self_k, *self_v;   /* [n_text_layer][max_seqs][n_text_ctx][d] */
-    int *seq_len;             /* [max_seqs] */
+    int *seq_len;             /* [max_seqs], host memory */
+    int on_gpu;
+    float *d_enc_out;         /* GPU: the encoder output on the device */
+    int enc_out_stale;        /* GPU: enc_out not yet copied back */
 };
+
+/* One decoder row: the token at position `pos` of sequence `seq` of `st`. */
+typedef struct sotto_row_ref {
+    sotto_state *st;
+    int seq;
+    int pos;
+} sotto_row_ref;
 
 /* Named scratch buffers of a workspace. */
 enum {
@@ -26,6 +37,7 @@ enum {
 struct sotto_workspace {
     float *buf[WS_COUNT];
     size_t cap[WS_COUNT];
+    void *gpu; /* the GPU backend's per-thread scratch (gpu.h), or NULL */
 };
 
 /* Buffer `which` with room for at least n floats (grown as needed, 64-byte

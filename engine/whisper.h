@@ -55,11 +55,30 @@ typedef enum sotto_model_format {
  * for dense checkpoints, the stored formats for quantized ones. */
 #define SOTTO_WFMT_DEFAULT ((sotto_wfmt)-1)
 
+/* Where a model runs. AUTO: the GPU when one is usable (built with CUDA and
+ * a device of sm_80 or newer is present), else the CPU with one log line
+ * saying why. CUDA: the GPU or a load error naming the reason. */
+typedef enum sotto_device {
+    SOTTO_DEVICE_CPU = 0,
+    SOTTO_DEVICE_AUTO,
+    SOTTO_DEVICE_CUDA
+} sotto_device;
+
+const char *sotto_device_name(sotto_device dev);             /* "cpu", "auto", "cuda" */
+int sotto_device_parse(const char *name, sotto_device *out); /* 0 or SOTTO_E_INVALID */
+/* 1 if models can run on a GPU here (its description in desc); 0 and the
+ * reason in why otherwise (no CUDA in this build, no driver, no device). */
+int sotto_device_cuda_usable(char *desc, size_t desc_sz, char *why, size_t why_sz);
+/* GPU memory in use (all processes) and in total, bytes; SOTTO_E_UNSUPPORTED
+ * without a usable GPU. */
+int sotto_device_memory(size_t *used, size_t *total, sotto_err *err);
+
 typedef struct sotto_model_params {
     sotto_model_format format; /* AUTO: detected from the files */
     sotto_wfmt weights;        /* format of the linear layers, or SOTTO_WFMT_DEFAULT */
     const char *policy;        /* per-part overrides, see policy.h ("encoder=nf4,..."), or NULL */
     int nf4_double_quant;      /* NF4 absmax stored as 8-bit codes (bitsandbytes' double quant) */
+    sotto_device device;       /* CPU (the default), AUTO or CUDA */
 } sotto_model_params;
 
 typedef struct sotto_model sotto_model;
@@ -90,6 +109,13 @@ void sotto_model_policy_string(const sotto_model *model, char *buf, size_t bufsz
  * the largest tensor of the checkpoint, in bytes (0 if unknown). */
 size_t sotto_model_load_peak_rss(const sotto_model *model);
 size_t sotto_model_largest_tensor(const sotto_model *model);
+/* Where the model runs (CPU or CUDA, never AUTO once loaded), and the
+ * device's name ("cpu" or e.g. "NVIDIA H200 (sm_90, 139 GiB)"). */
+sotto_device sotto_model_device(const sotto_model *model);
+const char *sotto_model_device_desc(const sotto_model *model);
+/* Bytes of device memory the model's weights hold on the GPU, per part
+ * (as sotto_model_part_bytes; 0 on the CPU). */
+size_t sotto_model_device_part_bytes(const sotto_model *model, int part);
 /* 1 if the model was loaded from a pre-quantized sotto snapshot. */
 int sotto_model_is_snapshot(const sotto_model *model);
 /* "ct2" or "hf". */

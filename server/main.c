@@ -79,8 +79,8 @@ int main(int argc, char **argv) {
         srv_gateway_destroy(&s);
         return 1;
     }
-    SOTTO_INFO("model %s, default weights %s, %d CPU threads", s.opt.model_dirs[0],
-               sotto_wfmt_name(s.opt.default_weights), sotto_threads_get());
+    SOTTO_INFO("model %s, default weights %s, device %s, %d CPU threads", s.opt.model_dirs[0],
+               sotto_wfmt_name(s.opt.default_weights), sotto_device_name(s.opt.device), sotto_threads_get());
     srv_gateway_loop(&s);
     int failed = !atomic_load(&s.ready);
     if (atomic_load(&s.draining)) SOTTO_INFO("drained; shutting down");

@@ -30,6 +30,8 @@ static void usage(FILE *f) {
             "  --drain-s S            on SIGTERM, time running sessions get to finish (default 30)\n"
             "  --max-frame-bytes N    largest WebSocket message (default 1048576)\n"
             "  --threads N            CPU threads for inference (default: all cores)\n"
+            "  --device D             cpu | auto | cuda: where models run (default cpu; auto\n"
+            "                         uses a GPU when one is usable, else the CPU)\n"
             "  --max-batch N          sessions decoded together (default 8)\n"
             "  --web DIR              static files served at / (default: the repository's web/)\n"
             "  --tls-cert FILE --tls-key FILE   serve https/wss\n"
@@ -168,6 +170,11 @@ static int set(srv_options *o, const char *key, const char *val) {
     } else if (!strcmp(key, "default-weights")) {
         if (sotto_wfmt_parse(val, &o->default_weights)) {
             fprintf(stderr, "sotto-server: unknown weight format '%s'\n", val);
+            return -1;
+        }
+    } else if (!strcmp(key, "device")) {
+        if (sotto_device_parse(val, &o->device)) {
+            fprintf(stderr, "sotto-server: unknown device '%s' (cpu, auto or cuda)\n", val);
             return -1;
         }
     } else if (!strcmp(key, "web")) {

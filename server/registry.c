@@ -48,6 +48,7 @@ int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err) {
     double t0 = srv_now();
     sotto_model_params p = sotto_model_default_params();
     p.weights = sm->weights;
+    p.device = s->opt.device;
     sotto_model *m = sotto_model_load(sm->dir, &p, err);
     if (!m) return err ? err->code : SOTTO_E_INTERNAL;
     int32_t *sup = NULL;

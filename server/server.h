@@ -39,6 +39,7 @@ typedef struct srv_options {
     int n_models;
     int allowed[SOTTO_WFMT_COUNT]; /* weight variants sessions may pick */
     sotto_wfmt default_weights;
+    sotto_device device;      /* where models run (CPU, AUTO, CUDA) */
     double memory_budget_mb;  /* resident weights, all variants together */
     int max_sessions;
     double max_buffer_s;      /* audio waiting for transcription, per session */

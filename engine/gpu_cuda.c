@@ -1,0 +1,533 @@
+/* gpu_cuda.c - the engine's forward pass on an NVIDIA GPU (see gpu.h):
+ * the same steps as encoder.c and decoder.c, on device buffers, with the
+ * kernels of kernels/cuda/ and cuBLAS.
+ *
+ * Linear layers: decode-sized batches (n <= SKINNY_MAX rows) go through the
+ * fused dequantizing skinny GEMM (sotto_cuda_linear), which reads each packed
+ * weight once; encoder-sized batches decode the layer into a float scratch
+ * buffer and call cuBLAS (F32 weights are used in place). Encoder attention
+ * is two strided-batched GEMMs around a row softmax; decoder attention is the
+ * per-row kernel over the K/V cache (causal for prompts).
+ *
+ * cuBLAS runs in plain fp32 by default, so results follow the CPU to within
+ * summation order; SOTTO_CUDA_TF32=1 lets it use TF32 tensor cores.
+ */
+#include "gpu.h"
+
+#include "cuda_linear.h"
+#include "cuda_ops.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SKINNY_MAX 32
+
+typedef struct gln {
+    float *g, *b;
+} gln;
+
+typedef struct glin {
+    sotto_cuda_wmat *w;
+    float *b; /* may be NULL */
+} glin;
+
+typedef struct genc {
+    gln attn_ln, mlp_ln;
+    glin q, k, v, o, fc1, fc2;
+} genc;
+
+typedef struct gdec {
+    gln attn_ln, cross_ln, mlp_ln;
+    glin q, k, v, o, cq, ck, cv, co, fc1, fc2;
+} gdec;
+
+struct sotto_gpu_model {
+    float *conv1_w, *conv1_b, *conv2_w, *conv2_b, *enc_pos;
+    genc *enc;
+    gdec *dec;
+    gln enc_ln, dec_ln;
+    sotto_cuda_wmat *emb;
+    void **vecs; /* device vectors to free */
+    int n_vecs, cap_vecs;
+    sotto_cuda_wmat **mats; /* matrices to free */
+    int n_mats, cap_mats;
+    size_t part_bytes[SOTTO_PART_COUNT];
+};
+
+static int cuda_err(sotto_err *err, cudaError_t e, const char *what) {
+    return sotto_err_set(err, SOTTO_E_INTERNAL, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+static int blas_err(sotto_err *err, cublasStatus_t s, const char *what) {
+    return sotto_err_set(err, SOTTO_E_INTERNAL, "cuBLAS: %s failed (status %d)", what, (int)s);
+}
+
+int sotto_gpu_probe(char *desc, size_t desc_sz, char *why, size_t why_sz) {
+    return sotto_cuda_available(desc, desc_sz, why, why_sz);
+}
+
+int sotto_gpu_mem_info(size_t *used, size_t *total, sotto_err *err) {
+    size_t fr = 0, tot = 0;
+    cudaError_t e = cudaMemGetInfo(&fr, &tot);
+    *used = tot - fr, *total = tot;
+    return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "cudaMemGetInfo");
+}
+
+/* ---- model upload ---------------------------------------------------- */
+
+static int track(void ***arr, int *n, int *cap, void *p) {
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 64;
+        void **a = realloc(*arr, sizeof(void *) * (size_t)nc);
+        if (!a) return -1;
+        *arr = a, *cap = nc;
+    }
+    (*arr)[(*n)++] = p;
+    return 0;
+}
+
+static float *up_vec(sotto_gpu_model *g, const float *host, size_t n, int part, sotto_err *err) {
+    if (!host) return NULL;
+    float *d = sotto_cuda_malloc(sizeof(float) * n, err);
+    if (!d) return NULL;
+    if (track(&g->vecs, &g->n_vecs, &g->cap_vecs, d)) {
+        sotto_cuda_free(d);
+        sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    if (sotto_cuda_copy(d, host, sizeof(float) * n, 1, err)) return NULL;
+    g->part_bytes[part] += sizeof(float) * n;
+    return d;
+}
+
+static int up_ln(sotto_gpu_model *g, const sotto_ln *ln, int d, int part, gln *out, sotto_err *err) {
+    out->g = up_vec(g, ln->g, (size_t)d, part, err);
+    out->b = out->g ? up_vec(g, ln->b, (size_t)d, part, err) : NULL;
+    return out->g && out->b ? SOTTO_OK : (err->code ? err->code : SOTTO_E_INTERNAL);
+}
+
+static int up_lin(sotto_gpu_model *g, const sotto_lin *l, int part, glin *out, sotto_err *err) {
+    out->w = sotto_cuda_wmat_upload(&l->w, err);
+    if (!out->w) return err->code ? err->code : SOTTO_E_INTERNAL;
+    if (track((void ***)&g->mats, &g->n_mats, &g->cap_mats, out->w)) {
+        sotto_cuda_wmat_free(out->w);
+        return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+    }
+    g->part_bytes[part] += sotto_cuda_wmat_bytes(out->w);
+    out->b = NULL;
+    if (l->b && !(out->b = up_vec(g, l->b, (size_t)l->w.rows, part, err))) return err->code;
+    return SOTTO_OK;
+}
+
+sotto_gpu_model *sotto_gpu_model_create(const sotto_model *m, sotto_err *err) {
+    sotto_err local_err = {0};
+    if (!err) err = &local_err;
+    const sotto_hparams *hp = &m->hp;
+    sotto_gpu_model *g = calloc(1, sizeof *g);
+    if (g) g->enc = calloc((size_t)hp->n_audio_layer, sizeof *g->enc);
+    if (g) g->dec = calloc((size_t)hp->n_text_layer, sizeof *g->dec);
+    if (!g || !g->enc || !g->dec) {
+        sotto_gpu_model_free(g);
+        sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    const int E = SOTTO_PART_ENCODER, D = SOTTO_PART_DECODER, da = hp->n_audio_state,
+              dt = hp->n_text_state;
+    if (!(g->conv1_w = up_vec(g, m->conv1_w, (size_t)da * hp->n_mels * 3, E, err)) ||
+        !(g->conv1_b = up_vec(g, m->conv1_b, (size_t)da, E, err)) ||
+        !(g->conv2_w = up_vec(g, m->conv2_w, (size_t)da * da * 3, E, err)) ||
+        !(g->conv2_b = up_vec(g, m->conv2_b, (size_t)da, E, err)) ||
+        !(g->enc_pos = up_vec(g, m->enc_pos, (size_t)hp->n_audio_ctx * da, E, err)))
+        goto fail;
+    for (int l = 0; l < hp->n_audio_layer; l++) {
+        const sotto_enc_layer *L = &m->enc[l];
+        genc *G = &g->enc[l];
+        if (up_ln(g, &L->attn_ln, da, E, &G->attn_ln, err) || up_lin(g, &L->q, E, &G->q, err) ||
+            up_lin(g, &L->k, E, &G->k, err) || up_lin(g, &L->v, E, &G->v, err) ||
+            up_lin(g, &L->o, E, &G->o, err) || up_ln(g, &L->mlp_ln, da, E, &G->mlp_ln, err) ||
+            up_lin(g, &L->fc1, E, &G->fc1, err) || up_lin(g, &L->fc2, E, &G->fc2, err))
+            goto fail;
+    }
+    if (up_ln(g, &m->enc_ln, da, E, &g->enc_ln, err)) goto fail;
+    for (int l = 0; l < hp->n_text_layer; l++) {
+        const sotto_dec_layer *L = &m->dec[l];
+        gdec *G = &g->dec[l];
+        if (up_ln(g, &L->attn_ln, dt, D, &G->attn_ln, err) || up_lin(g, &L->q, D, &G->q, err) ||
+            up_lin(g, &L->k, D, &G->k, err) || up_lin(g, &L->v, D, &G->v, err) ||
+            up_lin(g, &L->o, D, &G->o, err) || up_ln(g, &L->cross_ln, dt, D, &G->cross_ln, err) ||
+            up_lin(g, &L->cq, D, &G->cq, err) || up_lin(g, &L->ck, D, &G->ck, err) ||
+            up_lin(g, &L->cv, D, &G->cv, err) || up_lin(g, &L->co, D, &G->co, err) ||
+            up_ln(g, &L->mlp_ln, dt, D, &G->mlp_ln, err) || up_lin(g, &L->fc1, D, &G->fc1, err) ||
+            up_lin(g, &L->fc2, D, &G->fc2, err))
+            goto fail;
+    }
+    if (up_ln(g, &m->dec_ln, dt, D, &g->dec_ln, err)) goto fail;
+    glin emb;
+    sotto_lin e = {m->emb, NULL};
+    if (up_lin(g, &e, SOTTO_PART_EMBED, &emb, err)) goto fail;
+    g->emb = emb.w;
+    return g;
+fail:
+    if (!err->code) sotto_err_set(err, SOTTO_E_INTERNAL, "cuda: uploading the weights failed");
+    sotto_gpu_model_free(g);
+    return NULL;
+}
+
+void sotto_gpu_model_free(sotto_gpu_model *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_vecs; i++) sotto_cuda_free(g->vecs[i]);
+    for (int i = 0; i < g->n_mats; i++) sotto_cuda_wmat_free(g->mats[i]);
+    free(g->vecs);
+    free(g->mats);
+    free(g->enc);
+    free(g->dec);
+    free(g);
+}
+
+size_t sotto_gpu_model_part_bytes(const sotto_gpu_model *g, int part) {
+    return g && part >= 0 && part < SOTTO_PART_COUNT ? g->part_bytes[part] : 0;
+}
+
+/* ---- states ----------------------------------------------------------- */
+
+int sotto_gpu_state_alloc(sotto_state *st, sotto_err *err) {
+    sotto_err local_err = {0};
+    if (!err) err = &local_err;
+    const sotto_hparams *hp = &st->m->hp;
+    size_t cross = (size_t)hp->n_text_layer * hp->n_audio_ctx * hp->n_text_state;
+    size_t self = (size_t)hp->n_text_layer * st->max_seqs * hp->n_text_ctx * hp->n_text_state;
+    st->on_gpu = 1;
+    if (!(st->cross_k = sotto_cuda_malloc(sizeof(float) * cross, err)) ||
+        !(st->cross_v = sotto_cuda_malloc(sizeof(float) * cross, err)) ||
+        !(st->self_k = sotto_cuda_malloc(sizeof(float) * self, err)) ||
+        !(st->self_v = sotto_cuda_malloc(sizeof(float) * self, err)) ||
+        !(st->d_enc_out =
+              sotto_cuda_malloc(sizeof(float) * (size_t)hp->n_audio_ctx * hp->n_audio_state, err)))
+        return err->code;
+    return SOTTO_OK;
+}
+
+void sotto_gpu_state_release(sotto_state *st) {
+    sotto_cuda_free(st->cross_k);
+    sotto_cuda_free(st->cross_v);
+    sotto_cuda_free(st->self_k);
+    sotto_cuda_free(st->self_v);
+    sotto_cuda_free(st->d_enc_out);
+    st->cross_k = st->cross_v = st->self_k = st->self_v = st->d_enc_out = NULL;
+}
+
+int sotto_gpu_state_fetch_encoder_output(sotto_state *st, sotto_err *err) {
+    if (!st->enc_out_stale) return SOTTO_OK;
+    const sotto_hparams *hp = &st->m->hp;
+    int rc = sotto_cuda_copy(st->enc_out, st->d_enc_out,
+                             sizeof(float) * (size_t)hp->n_audio_ctx * hp->n_audio_state, 0, err);
+    if (!rc) st->enc_out_stale = 0;
+    return rc;
+}
+
+void *sotto_gpu_alloc(size_t bytes, sotto_err *err) { return sotto_cuda_malloc(bytes, err); }
+void sotto_gpu_release(void *p) { sotto_cuda_free(p); }
+
+int sotto_gpu_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0);
+    return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "device copy");
+}
+
+/* ---- per-thread scratch ---------------------------------------------- */
+
+enum { G_X, G_H, G_Q, G_K, G_V, G_ATT, G_FF, G_TMP, G_DEQ, G_COLS, G_SCORES, G_MEL, G_LOGITS, G_COUNT };
+
+typedef struct gws {
+    cublasHandle_t blas;
+    float *buf[G_COUNT];
+    size_t cap[G_COUNT];
+} gws;
+
+static gws *get_gws(sotto_workspace *ws, sotto_err *err) {
+    if (ws->gpu) return ws->gpu;
+    gws *w = calloc(1, sizeof *w);
+    if (!w) {
+        sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    cublasStatus_t s = cublasCreate(&w->blas);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        free(w);
+        blas_err(err, s, "cublasCreate");
+        return NULL;
+    }
+    const char *tf32 = getenv("SOTTO_CUDA_TF32");
+    cublasSetMathMode(w->blas, tf32 && !strcmp(tf32, "1") ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                         : CUBLAS_PEDANTIC_MATH);
+    ws->gpu = w;
+    return w;
+}
+
+void sotto_gpu_ws_free(void *p) {
+    gws *w = p;
+    if (!w) return;
+    for (int i = 0; i < G_COUNT; i++) sotto_cuda_free(w->buf[i]);
+    cublasDestroy(w->blas);
+    free(w);
+}
+
+static float *gbuf(gws *w, int which, size_t n, sotto_err *err) {
+    if (n <= w->cap[which]) return w->buf[which];
+    size_t cap = n + n / 4 + 64;
+    sotto_cuda_free(w->buf[which]); /* cudaFree waits for queued work */
+    w->buf[which] = NULL, w->cap[which] = 0;
+    float *p = sotto_cuda_malloc(sizeof(float) * cap, err);
+    if (!p) return NULL;
+    w->buf[which] = p, w->cap[which] = cap;
+    return p;
+}
+
+/* ---- building blocks -------------------------------------------------- */
+
+/* y[n][rows] = x[n][cols] W^T (cuBLAS, column-major: Y^T = W^T' X^T) with
+ * beta 0 or 1 (accumulate). */
+static int gemm(gws *w, const float *W, int rows, int cols, const float *x, int n, float *y,
+                float beta, sotto_err *err) {
+    const float one = 1.0f;
+    cublasStatus_t s = cublasSgemm(w->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, W, cols,
+                                   x, cols, &beta, y, rows);
+    return s == CUBLAS_STATUS_SUCCESS ? SOTTO_OK : blas_err(err, s, "sgemm");
+}
+
+/* y = x W^T + b, or y += x W^T + b when acc. */
+static int glinear(gws *w, const glin *L, const float *x, int n, float *y, int acc, sotto_err *err) {
+    const int rows = sotto_cuda_wmat_rows(L->w), cols = sotto_cuda_wmat_cols(L->w);
+    int rc;
+    if (n <= SKINNY_MAX) {
+        if (!acc) return sotto_cuda_linear_async(L->w, L->b, x, n, y, err);
+        float *t = gbuf(w, G_TMP, (size_t)n * rows, err);
+        if (!t) return err->code;
+        if ((rc = sotto_cuda_linear_async(L->w, L->b, x, n, t, err))) return rc;
+        return sotto_cuda_add(y, t, (size_t)n * rows, err);
+    }
+    const float *W = sotto_cuda_wmat_f32(L->w);
+    if (!W) {
+        float *s = gbuf(w, G_DEQ, (size_t)rows * cols, err);
+        if (!s) return err->code;
+        if ((rc = sotto_cuda_wmat_dequant(L->w, s, err))) return rc;
+        W = s;
+    }
+    if ((rc = gemm(w, W, rows, cols, x, n, y, acc ? 1.0f : 0.0f, err))) return rc;
+    return L->b ? sotto_cuda_add_bias_rows(y, L->b, n, rows, err) : SOTTO_OK;
+}
+
+/* Full self-attention of one window: q, k, v, out [T][d], H heads of dh.
+ * scores: H * T * T floats. */
+static int enc_attention(gws *w, const float *q, const float *k, const float *v, float *out, int T,
+                         int d, int H, int dh, float scale, float *scores, sotto_err *err) {
+    const float zero = 0.0f, one = 1.0f;
+    const long long TT = (long long)T * T;
+    /* S_h[query][key] = scale * q_h . k_h: column-major S_h^T = K_h'^T Q_h' */
+    cublasStatus_t s = cublasSgemmStridedBatched(w->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, dh, &scale,
+                                                 k, d, dh, q, d, dh, &zero, scores, T, TT, H);
+    if (s != CUBLAS_STATUS_SUCCESS) return blas_err(err, s, "attention scores");
+    int rc = sotto_cuda_softmax_rows(scores, H * T, T, err);
+    if (rc) return rc;
+    /* O_h[query][:] = sum_key P_h[query][key] v_h[key][:]: O_h'^T = V_h'^T P_h'^T */
+    s = cublasSgemmStridedBatched(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, dh, T, T, &one, v, d, dh,
+                                  scores, T, TT, &zero, out, d, dh, H);
+    return s == CUBLAS_STATUS_SUCCESS ? SOTTO_OK : blas_err(err, s, "attention values");
+}
+
+/* ---- encoder ---------------------------------------------------------- */
+
+int sotto_gpu_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_state *const *sts,
+                           const float *const *mels, int B, sotto_err *err) {
+    sotto_err local_err = {0};
+    if (!err) err = &local_err;
+    const sotto_gpu_model *g = m->gpu;
+    const sotto_hparams *hp = &m->hp;
+    const int T = hp->n_audio_ctx, T2 = 2 * T, d = hp->n_audio_state, nm = hp->n_mels;
+    const int H = hp->n_audio_head, dh = d / H, ff = hp->n_audio_ff;
+    const size_t BT = (size_t)B * T;
+    gws *w = get_gws(ws, err);
+    if (!w) return err->code;
+    for (int b = 0; b < B; b++)
+        if (!sts[b]->on_gpu) return sotto_err_set(err, SOTTO_E_INVALID, "a CPU state for a GPU model");
+    const int cw = nm > d ? nm : d;
+    size_t nh = (size_t)T2 * cw > BT * d ? (size_t)T2 * cw : BT * d;
+    size_t nf = (size_t)T2 * d > BT * ff ? (size_t)T2 * d : BT * ff;
+    float *x = gbuf(w, G_X, BT * d, err), *h = x ? gbuf(w, G_H, nh, err) : NULL;
+    float *q = h ? gbuf(w, G_Q, BT * d, err) : NULL, *k = q ? gbuf(w, G_K, BT * d, err) : NULL;
+    float *v = k ? gbuf(w, G_V, BT * d, err) : NULL, *att = v ? gbuf(w, G_ATT, BT * d, err) : NULL;
+    float *f = att ? gbuf(w, G_FF, nf, err) : NULL;
+    float *cols = f ? gbuf(w, G_COLS, (size_t)T2 * cw * 3, err) : NULL;
+    float *scores = cols ? gbuf(w, G_SCORES, (size_t)H * T * T, err) : NULL;
+    float *mel = scores ? gbuf(w, G_MEL, (size_t)nm * T2, err) : NULL;
+    if (!mel) return err->code;
+    int rc;
+    const float one = 1.0f, zero = 0.0f;
+
+    for (int b = 0; b < B; b++) {
+        float *xb = x + (size_t)b * T * d;
+        if ((rc = sotto_cuda_copy(mel, mels[b], sizeof(float) * (size_t)nm * T2, 1, err))) return rc;
+        /* mel [nm][T2] -> time-major xt [T2][nm] (in h) */
+        cublasStatus_t s = cublasSgeam(w->blas, CUBLAS_OP_T, CUBLAS_OP_N, nm, T2, &one, mel, T2,
+                                       &zero, h, nm, h, nm);
+        if (s != CUBLAS_STATUS_SUCCESS) return blas_err(err, s, "mel transpose");
+        if ((rc = sotto_cuda_im2col_k3(h, T2, nm, 1, cols, err)) ||
+            (rc = gemm(w, g->conv1_w, d, nm * 3, cols, T2, f, 0.0f, err)) ||
+            (rc = sotto_cuda_add_bias_rows(f, g->conv1_b, T2, d, err)) ||
+            (rc = sotto_cuda_gelu(f, (size_t)T2 * d, err)) ||
+            (rc = sotto_cuda_im2col_k3(f, T2, d, 2, cols, err)) ||
+            (rc = gemm(w, g->conv2_w, d, d * 3, cols, T, xb, 0.0f, err)) ||
+            (rc = sotto_cuda_add_bias_rows(xb, g->conv2_b, T, d, err)) ||
+            (rc = sotto_cuda_gelu(xb, (size_t)T * d, err)) ||
+            (rc = sotto_cuda_add(xb, g->enc_pos, (size_t)T * d, err)))
+            return rc;
+    }
+    const float scale = 1.0f / sqrtf((float)dh);
+    for (int l = 0; l < hp->n_audio_layer; l++) {
+        const genc *L = &g->enc[l];
+        if ((rc = sotto_cuda_layer_norm(x, h, (int)BT, d, L->attn_ln.g, L->attn_ln.b, 1e-5f, err)) ||
+            (rc = glinear(w, &L->q, h, (int)BT, q, 0, err)) ||
+            (rc = glinear(w, &L->k, h, (int)BT, k, 0, err)) ||
+            (rc = glinear(w, &L->v, h, (int)BT, v, 0, err)))
+            return rc;
+        for (int b = 0; b < B; b++) {
+            size_t o = (size_t)b * T * d;
+            if ((rc = enc_attention(w, q + o, k + o, v + o, att + o, T, d, H, dh, scale, scores, err)))
+                return rc;
+        }
+        if ((rc = glinear(w, &L->o, att, (int)BT, x, 1, err)) ||
+            (rc = sotto_cuda_layer_norm(x, h, (int)BT, d, L->mlp_ln.g, L->mlp_ln.b, 1e-5f, err)) ||
+            (rc = glinear(w, &L->fc1, h, (int)BT, f, 0, err)) ||
+            (rc = sotto_cuda_gelu(f, BT * ff, err)) ||
+            (rc = glinear(w, &L->fc2, f, (int)BT, x, 1, err)))
+            return rc;
+    }
+    const size_t per_layer = (size_t)T * hp->n_text_state;
+    for (int b = 0; b < B; b++) {
+        sotto_state *st = sts[b];
+        if ((rc = sotto_cuda_layer_norm(x + (size_t)b * T * d, st->d_enc_out, T, d, g->enc_ln.g,
+                                        g->enc_ln.b, 1e-5f, err)))
+            return rc;
+        for (int l = 0; l < hp->n_text_layer; l++) {
+            const gdec *L = &g->dec[l];
+            if ((rc = glinear(w, &L->ck, st->d_enc_out, T, st->cross_k + l * per_layer, 0, err)) ||
+                (rc = glinear(w, &L->cv, st->d_enc_out, T, st->cross_v + l * per_layer, 0, err)))
+                return rc;
+        }
+    }
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) return cuda_err(err, e, "encoder");
+    for (int b = 0; b < B; b++) {
+        sts[b]->encoded = 1;
+        sts[b]->enc_out_stale = 1;
+        memset(sts[b]->seq_len, 0, sizeof(int) * (size_t)sts[b]->max_seqs);
+    }
+    return SOTTO_OK;
+}
+
+/* ---- decoder ---------------------------------------------------------- */
+
+static float *self_at(const sotto_state *st, float *base, int layer, int seq, int pos) {
+    return sotto_state_self(st, base, layer, seq) + (size_t)pos * st->m->hp.n_text_state;
+}
+
+int sotto_gpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_ref *rows, int n,
+                     int prompt, const float *x_host, const int *want, int n_want, float *logits,
+                     sotto_err *err) {
+    sotto_err local_err = {0};
+    if (!err) err = &local_err;
+    const sotto_gpu_model *g = m->gpu;
+    const sotto_hparams *hp = &m->hp;
+    const int d = hp->n_text_state, H = hp->n_text_head, dh = d / H, ff = hp->n_text_ff;
+    const int T = hp->n_audio_ctx, V = hp->n_vocab;
+    const float scale = 1.0f / sqrtf((float)dh);
+    gws *w = get_gws(ws, err);
+    if (!w) return err->code;
+    for (int i = 0; i < n; i++)
+        if (!rows[i].st->on_gpu) return sotto_err_set(err, SOTTO_E_INVALID, "a CPU state for a GPU model");
+    const size_t nr = (size_t)(n > n_want ? n : n_want); /* rows of h and q */
+    float *x = gbuf(w, G_X, (size_t)n * d, err), *h = x ? gbuf(w, G_H, nr * d, err) : NULL;
+    float *q = h ? gbuf(w, G_Q, nr * d, err) : NULL, *k = q ? gbuf(w, G_K, (size_t)n * d, err) : NULL;
+    float *v = k ? gbuf(w, G_V, (size_t)n * d, err) : NULL;
+    float *att = v ? gbuf(w, G_ATT, (size_t)n * d, err) : NULL;
+    float *f = att ? gbuf(w, G_FF, (size_t)n * ff, err) : NULL;
+    float *lg = f && n_want > 0 ? gbuf(w, G_LOGITS, (size_t)n_want * V, err) : f;
+    if (!lg) return err->code;
+    int rc;
+    if ((rc = sotto_cuda_copy(x, x_host, sizeof(float) * (size_t)n * d, 1, err))) return rc;
+    const size_t per_layer = (size_t)T * d;
+    for (int l = 0; l < hp->n_text_layer; l++) {
+        const gdec *L = &g->dec[l];
+        /* self-attention: K/V written into the cache at each row's position */
+        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->attn_ln.g, L->attn_ln.b, 1e-5f, err)) ||
+            (rc = glinear(w, &L->q, h, n, q, 0, err)) || (rc = glinear(w, &L->k, h, n, k, 0, err)) ||
+            (rc = glinear(w, &L->v, h, n, v, 0, err)))
+            return rc;
+        if (prompt) { /* consecutive positions of one sequence: one copy each */
+            const sotto_row_ref *r = &rows[0];
+            if ((rc = sotto_gpu_copy(self_at(r->st, r->st->self_k, l, r->seq, r->pos), k,
+                                     sizeof(float) * (size_t)n * d, err)) ||
+                (rc = sotto_gpu_copy(self_at(r->st, r->st->self_v, l, r->seq, r->pos), v,
+                                     sizeof(float) * (size_t)n * d, err)) ||
+                (rc = sotto_cuda_attention_causal(q, d, sotto_state_self(r->st, r->st->self_k, l, r->seq),
+                                                  sotto_state_self(r->st, r->st->self_v, l, r->seq), d, att,
+                                                  d, n, r->pos + n, H, dh, scale, r->pos, err)))
+                return rc;
+        } else {
+            for (int i = 0; i < n; i++) {
+                const sotto_row_ref *r = &rows[i];
+                if ((rc = sotto_gpu_copy(self_at(r->st, r->st->self_k, l, r->seq, r->pos), k + (size_t)i * d,
+                                         sizeof(float) * d, err)) ||
+                    (rc = sotto_gpu_copy(self_at(r->st, r->st->self_v, l, r->seq, r->pos), v + (size_t)i * d,
+                                         sizeof(float) * d, err)) ||
+                    (rc = sotto_cuda_attention_rows(q + (size_t)i * d, d,
+                                                    sotto_state_self(r->st, r->st->self_k, l, r->seq),
+                                                    sotto_state_self(r->st, r->st->self_v, l, r->seq), d,
+                                                    att + (size_t)i * d, d, 1, r->pos + 1, H, dh, scale, err)))
+                    return rc;
+            }
+        }
+        if ((rc = glinear(w, &L->o, att, n, x, 1, err))) return rc;
+
+        /* cross-attention: runs of consecutive rows of one state share its K/V */
+        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->cross_ln.g, L->cross_ln.b, 1e-5f, err)) ||
+            (rc = glinear(w, &L->cq, h, n, q, 0, err)))
+            return rc;
+        for (int i0 = 0; i0 < n;) {
+            int i1 = i0 + 1;
+            while (i1 < n && rows[i1].st == rows[i0].st) i1++;
+            const sotto_state *st = rows[i0].st;
+            if ((rc = sotto_cuda_attention_rows(q + (size_t)i0 * d, d, st->cross_k + l * per_layer,
+                                                st->cross_v + l * per_layer, d, att + (size_t)i0 * d, d,
+                                                i1 - i0, T, H, dh, scale, err)))
+                return rc;
+            i0 = i1;
+        }
+        if ((rc = glinear(w, &L->co, att, n, x, 1, err))) return rc;
+
+        /* MLP */
+        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->mlp_ln.g, L->mlp_ln.b, 1e-5f, err)) ||
+            (rc = glinear(w, &L->fc1, h, n, f, 0, err)) || (rc = sotto_cuda_gelu(f, (size_t)n * ff, err)) ||
+            (rc = glinear(w, &L->fc2, f, n, x, 1, err)))
+            return rc;
+    }
+    if (n_want > 0) {
+        const float *sel = x;
+        if (want) { /* gather the wanted rows into q */
+            for (int i = 0; i < n_want; i++)
+                if ((rc = sotto_gpu_copy(q + (size_t)i * d, x + (size_t)want[i] * d, sizeof(float) * d, err)))
+                    return rc;
+            sel = q;
+        }
+        glin emb = {g->emb, NULL};
+        if ((rc = sotto_cuda_layer_norm(sel, h, n_want, d, g->dec_ln.g, g->dec_ln.b, 1e-5f, err)) ||
+            (rc = glinear(w, &emb, h, n_want, lg, 0, err)) ||
+            (rc = sotto_cuda_copy(logits, lg, sizeof(float) * (size_t)n_want * V, 0, err)))
+            return rc;
+    }
+    cudaError_t e = cudaDeviceSynchronize();
+    return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "decoder");
+}

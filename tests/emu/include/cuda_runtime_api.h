@@ -1,0 +1,31 @@
+/* cuda_runtime_api.h - the few CUDA runtime declarations engine/gpu_cuda.c
+ * uses, for the CPU emulation build (tests/emu/cuda_emu.c). Only that build
+ * puts this folder on the include path; real builds use the toolkit's. */
+#ifndef SOTTO_EMU_CUDA_RUNTIME_API_H
+#define SOTTO_EMU_CUDA_RUNTIME_API_H
+
+#include <stddef.h>
+
+typedef enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorIllegalAddress = 700
+} cudaError_t;
+
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3
+};
+
+typedef struct CUstream_st *cudaStream_t;
+
+const char *cudaGetErrorString(cudaError_t e);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                            cudaStream_t stream);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+
+#endif
