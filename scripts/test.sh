@@ -76,9 +76,11 @@ run() { # name command...
   fi
 }
 
-# 1. C unit tests with AddressSanitizer + UndefinedBehaviorSanitizer.
+# 1. C unit tests with AddressSanitizer + UndefinedBehaviorSanitizer. This
+#    build's GPU backend runs over the CPU emulation of CUDA (tests/emu), so
+#    test_device checks engine/gpu_cuda.c against the CPU engine here.
 cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOTTO_SANITIZE=ON \
-  -DSOTTO_NATIVE=ON >/dev/null
+  -DSOTTO_NATIVE=ON -DSOTTO_CUDA_EMU=ON >/dev/null
 cmake --build "$root/build-asan" -j "$(nproc)" >/dev/null || {
   cmake --build "$root/build-asan" -j 1 2>&1 | tail -40; die "ASan build failed"; }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
@@ -96,6 +98,9 @@ if [ "$only_unit" -eq 0 ]; then
   else
     S="$root/build/sotto"
     R="$root/tests/ref"
+    run "device selection (release build: CUDA compiled in, no GPU here)" env SOTTO_SOURCE_DIR="$root" "$root/build/test_device"
+    run "--device in the CLI and the server (release build)" "$py" "$R/test_device_cli.py" --sotto "$S" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest"
+    run "--device cuda over the CUDA emulation (ASan+UBSan build)" "$py" "$R/test_device_cli.py" --sotto "$root/build-asan/sotto" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest"
     run "tokenizer vs Hugging Face (tiny.en)" "$py" "$R/test_tokenizer_ref.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "tokenizer vs Hugging Face (base)" "$py" "$R/test_tokenizer_ref.py" --sotto "$S" --model models/base --manifest "$manifest"
     run "log-mel vs faster-whisper" "$py" "$R/test_mel_ref.py" --sotto "$S" --manifest "$manifest"

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""--device on the command line and in the server, on a machine with or
+without a usable GPU (CI has none; its build has CUDA compiled in).
+
+Checks:
+  - `sotto transcribe --device cpu|auto|cuda` on a real clip: auto gives the
+    CPU's transcript and says in exactly one log line where it runs (the
+    fallback and its reason without a GPU, the GPU's name with one); cuda
+    either runs on the GPU (same words as the CPU) or exits non-zero with
+    "no usable GPU: <reason>"; an unknown device is a usage error;
+  - `sotto-server --device cuda` without a GPU exits non-zero naming the
+    reason; `--device auto` serves /healthz and logs the fallback once.
+
+usage: test_device_cli.py --sotto build/sotto --server build/sotto-server
+                          --model models/tiny.en [--manifest M]
+"""
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import server_client as sc
+from refcommon import DEFAULT_MANIFEST, edit_distance, load_manifest, normalize
+
+
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures += 1
+
+
+def transcribe(args, device, wav):
+    p = subprocess.run([args.sotto, "transcribe", "--model", args.model, "--beam", "1",
+                        "--device", device, wav], capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout.strip(), p.stderr
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sotto", required=True)
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--model", default="models/tiny.en")
+    ap.add_argument("--manifest", default=DEFAULT_MANIFEST)
+    args = ap.parse_args()
+    rows = [r for r in load_manifest(args.manifest) if r["id"] == "jfk"]
+    wav = rows[0]["file"]
+
+    rc, cpu_text, cpu_err = transcribe(args, "cpu", wav)
+    check(rc == 0 and len(cpu_text) > 20, f"--device cpu transcribes ({cpu_text[:50]}...)")
+    check("device" not in cpu_err, "--device cpu logs nothing about devices")
+
+    rc, auto_text, auto_err = transcribe(args, "auto", wav)
+    dev_lines = [l for l in auto_err.splitlines() if "device auto:" in l or "weights on" in l]
+    gpu = any("weights on" in l for l in dev_lines)
+    check(rc == 0, f"--device auto exits 0 (rc {rc})")
+    check(len(dev_lines) == 1, f"--device auto says where it runs in one line: {dev_lines}")
+    if not gpu:
+        check("no usable GPU" in dev_lines[0] and "running on the CPU" in dev_lines[0],
+              "the line gives the fallback and its reason")
+        check(auto_text == cpu_text, "auto without a GPU gives the CPU's transcript exactly")
+        rc, text, err = transcribe(args, "cuda", wav)
+        check(rc != 0 and text == "", f"--device cuda without a GPU fails (rc {rc})")
+        check("no usable GPU:" in err, f"and says why: {err.strip().splitlines()[-1] if err.strip() else ''}")
+    else:
+        check(auto_text.split() == cpu_text.split(), "auto on the GPU gives the CPU's words")
+        rc, text, err = transcribe(args, "cuda", wav)
+        check(rc == 0 and text.split() == cpu_text.split(), "--device cuda gives the CPU's words")
+        # several windows: previous text as the prompt (prompts past 32 rows
+        # take the GEMM path), timestamps, seeks
+        long = [r for r in load_manifest(args.manifest) if 60 <= r["seconds"] <= 80][:1]
+        for r in long:
+            rc1, t_cpu, _ = transcribe(args, "cpu", r["file"])
+            rc2, t_gpu, _ = transcribe(args, "cuda", r["file"])
+            same = t_cpu == t_gpu
+            check(rc1 == 0 and rc2 == 0 and len(t_cpu.splitlines()) > 3 and same,
+                  f"{r['id']} ({r['seconds']:.0f} s): {len(t_cpu.splitlines())} segments, GPU == CPU: {same}")
+
+    p = subprocess.run([args.sotto, "transcribe", "--model", args.model, "--device", "gpu", wav],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--device" in p.stderr, f"an unknown device is a usage error (rc {p.returncode})")
+
+    # the server
+    if not gpu:
+        port = free_port()
+        p = subprocess.run([args.server, "--model", args.model, "--port", str(port), "--device", "cuda"],
+                           capture_output=True, text=True, timeout=60)
+        check(p.returncode != 0 and "no usable GPU" in p.stderr,
+              f"sotto-server --device cuda without a GPU exits non-zero with the reason (rc {p.returncode})")
+    port = free_port()
+    srv = subprocess.Popen([args.server, "--model", args.model, "--port", str(port), "--device", "auto"],
+                           stderr=subprocess.PIPE, text=True)
+    ok = False
+    for _ in range(100):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                ok = r.read().decode().strip() == "ok"
+                break
+        except OSError:
+            time.sleep(0.1)
+    if ok:  # one streamed session through the server's batched decoder
+        res = sc.stream(f"ws://127.0.0.1:{port}/v1/stream", sc.load_clip(wav), timeout=300)
+        words = normalize(res.transcript).split()
+        ref = normalize(" ".join(l.split("]", 1)[-1] for l in cpu_text.splitlines())).split()
+        errs = edit_distance(ref, words)
+        check(res.exception is None and res.done is not None and errs <= 3,
+              f"a streamed session on the server's {'GPU' if gpu else 'CPU'} model: {errs} word "
+              f"differences from the offline CPU transcript ({' '.join(words)})")
+    srv.terminate()
+    _, err = srv.communicate(timeout=60)
+    check(ok, "sotto-server --device auto serves /healthz")
+    lines = [l for l in err.splitlines() if "device auto:" in l or "weights on" in l]
+    check(len(lines) == 1, f"and says where the model runs once: {lines}")
+    check(srv.returncode == 0, f"and exits 0 on SIGTERM (rc {srv.returncode})")
+
+    print(f"{'all passed' if failures == 0 else f'{failures} FAILED'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
