@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # tests/gpu/check.sh - the device check (run on a machine with an NVIDIA GPU).
 #
-# Builds the CUDA kernels and their tests with nvcc alone (the GPU machine has
-# no Debian packages: only the plain-C parts the tests need are compiled, no
-# BLAS, Opus or libwebsockets), runs every kernel test against its plain-C
-# twin, then prints the decode-step GEMV timing table. Results go to $OUT
-# when it is set (the device tool brings them back), else to build-gpu/.
+# 1. Kernels: builds the CUDA kernels and their tests with nvcc alone (the GPU
+#    machine has no Debian packages: only the plain-C parts the tests need are
+#    compiled) and runs every kernel test against its plain-C/double twin, then
+#    the decode-step GEMM timing table.
+# 2. Engine, when tests/gpu/pack.sh's .gpu/ was carried (see its header for the
+#    three calls): test_device (GPU vs CPU engine on real speech, all formats),
+#    dev clips transcribed on the GPU and the CPU in bf16, NF4 and NVFP4, and
+#    one timing table per model and precision: tiny.en (real weights) and
+#    large-v3-turbo's shapes (synthetic random weights, fixed decode steps).
+#
+# Results go to $OUT when it is set (the device tool brings them back), else to
+# build-gpu/. Exit status: non-zero if any check failed.
 #
 #   tests/gpu/check.sh [ARCH]     ARCH: sm_90 (default; H100/H200), sm_80, ...
-set -euo pipefail
+# CHECK_REPS, CHECK_STEPS, CHECK_STREAMS (default 5, 32, 16) size the timing runs;
+# a dry run of the script's logic over the CPU emulation uses small ones.
+set -uo pipefail
+REPS=${CHECK_REPS:-5} STEPS=${CHECK_STEPS:-32} STREAMS=${CHECK_STREAMS:-16}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 arch=${1:-sm_90}
@@ -16,30 +26,103 @@ out=${OUT:-$root/build-gpu}
 bin=$root/build-gpu
 mkdir -p "$bin" "$out"
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+fail=0
+t_start=$SECONDS
 
 echo "== conditions"
 date -u +"%Y-%m-%dT%H:%M:%SZ"
 "$NVCC" --version | tail -1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+echo "CPU: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (modified)')"
 
-echo "== build ($arch)"
+echo "== build kernels ($arch)"
 common=(kernels/cuda/linear.cu kernels/cuda/ops.cu kernels/cuda/upload.c kernels/wfmt.c kernels/quant.c kernels/linear_ref.c common/err.c)
 flags=(-O3 -arch="$arch" -lineinfo -Ikernels -Ikernels/cuda -Icommon -Itests -Xcompiler -O2 -lm)
 t0=$SECONDS
 for prog in test_cuda_linear test_cuda_ops bench_cuda_linear; do
-  "$NVCC" "${flags[@]}" "${common[@]}" "tests/gpu/$prog.c" -o "$bin/$prog"
+  "$NVCC" "${flags[@]}" "${common[@]}" "tests/gpu/$prog.c" -o "$bin/$prog" || { echo "build of $prog FAILED"; exit 1; }
 done
 echo "built in $((SECONDS - t0)) s"
 
-fail=0
 echo "== kernel tests (CUDA vs plain C)"
-"$bin/test_cuda_linear" 2>&1 | tee "$out/test_cuda_linear.txt" || fail=1
-"$bin/test_cuda_ops" 2>&1 | tee "$out/test_cuda_ops.txt" || fail=1
+"$bin/test_cuda_linear" >"$out/test_cuda_linear.txt" 2>&1 || fail=1
+tail -3 "$out/test_cuda_linear.txt"
+"$bin/test_cuda_ops" 2>&1 | tee "$out/test_cuda_ops.txt" | tail -25 || fail=1
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
 
-echo "== timings"
+echo "== kernel timings"
 "$bin/bench_cuda_linear" 2>&1 | tee "$out/bench_cuda_linear.md" || fail=1
 
+pk=$root/.gpu
+if [ ! -x "$pk/c1/bin/test_device" ]; then
+  echo "== engine: skipped (no .gpu/ pack: run tests/gpu/pack.sh here and carry .gpu/c1, c2, c3)"
+  echo "device check: $([ "$fail" -eq 0 ] && echo "kernels passed" || echo FAILED)"
+  exit "$fail"
+fi
+
+echo "== engine set-up"
+sp=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)
+# shellcheck disable=SC2086
+cudalibs=$(find /usr/local /usr/lib /opt $sp \( -name 'libcublas.so.1[0-9]*' -o -name 'libcublasLt.so.1[0-9]*' \) \
+  -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH="$pk/c1/lib:${cudalibs}${LD_LIBRARY_PATH:-}"
+src=/tmp/sotto-src
+rm -rf "$src" && mkdir -p "$src/models"
+cp -r "$pk/c1/model/tiny.en" "$src/models/"
+cat "$pk/c2/model.bin.00" "$pk/c3/model.bin.01" >"$src/models/tiny.en/model.bin"
+if [ "$(sha256sum "$src/models/tiny.en/model.bin" | cut -d' ' -f1)" != "$(cat "$pk/c1/model/tiny.en/model.bin.sha256")" ]; then
+  echo "tiny.en's model.bin does not match its checksum: were .gpu/c2 and .gpu/c3 both carried?"
+  exit 1
+fi
+export SOTTO_SOURCE_DIR=$src SOTTO_AUDIO_DIR=$pk/c1/audio
+B=$pk/c1/bin
+ldd "$B/test_device" | grep -q "not found" && { ldd "$B/test_device"; echo "libraries missing"; exit 1; }
+
+echo "== test_device: the engine on the GPU vs the CPU (tiny.en, every format)"
+"$B/test_device" 2>&1 | grep -v ' info ' | tee "$out/test_device.txt" || fail=1
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
+
+echo "== dev clips: GPU vs CPU transcripts (beam 5)"
+{
+  echo "| clip | weights | CPU: wall s (CLI, incl. load) | GPU: wall s (CLI, incl. load) | words | words that differ |"
+  echo "|---|---|---|---|---|---|"
+  tail -n +2 "$pk/c1/audio/manifest.tsv" | while IFS=$'\t' read -r id file _rest; do
+    for w in f32 bf16 nf4 nvfp4; do
+      t0=$(date +%s.%N)
+      "$B/sotto" transcribe --model "$src/models/tiny.en" --weights "$w" --device cpu "$pk/c1/audio/$file" 2>/dev/null | sed 's/^\[[^]]*\] *//' >/tmp/cpu.txt
+      t1=$(date +%s.%N)
+      "$B/sotto" transcribe --model "$src/models/tiny.en" --weights "$w" --device cuda "$pk/c1/audio/$file" 2>/tmp/gpu.err | sed 's/^\[[^]]*\] *//' >/tmp/gpu.txt
+      t2=$(date +%s.%N)
+      nw=$(wc -w </tmp/cpu.txt)
+      nd=$(diff <(tr -s ' \n' '\n\n' </tmp/cpu.txt) <(tr -s ' \n' '\n\n' </tmp/gpu.txt) | grep -c '^[<>]')
+      [ -s /tmp/gpu.txt ] || { nd=ALL; tail -2 /tmp/gpu.err; }
+      printf '| %s | %s | %.2f | %.2f | %s | %s |\n' "$id" "$w" "$(awk "BEGIN{print $t1 - $t0}")" "$(awk "BEGIN{print $t2 - $t1}")" "$nw" "$nd"
+    done
+  done
+} 2>&1 | tee "$out/clips.md"
+grep -q '| ALL |' "$out/clips.md" && fail=1
+
+echo "== timings: tiny.en (real weights)"
+: >"$out/engine_tiny.md"
+"$B/bench_engine" --model "$src/models/tiny.en" --device cpu --weights f32 --streams "$STREAMS" --steps "$STEPS" 2>/dev/null | tee -a "$out/engine_tiny.md" || fail=1
+for w in f32 bf16 nf4 nvfp4; do
+  "$B/bench_engine" --model "$src/models/tiny.en" --device cuda --weights "$w" --streams "$STREAMS" --steps "$STEPS" --reps "$REPS" 2>/dev/null \
+    | tee -a "$out/engine_tiny.md" || fail=1
+done
+
+echo "== timings: large-v3-turbo shapes (synthetic random weights)"
+if python3 tests/gpu/make_synthetic.py /tmp/turbo --tokenizer-from "$src/models/tiny.en"; then
+  : >"$out/engine_turbo.md"
+  for w in bf16 nf4 nvfp4; do
+    timeout 300 "$B/bench_engine" --model /tmp/turbo --synthetic --device cuda --weights "$w" --streams "$STREAMS" --steps "$STEPS" --reps "$REPS" 2>/dev/null \
+      | tee -a "$out/engine_turbo.md" || fail=1
+  done
+else
+  echo "make_synthetic.py failed"; fail=1
+fi
+
+echo "== done in $((SECONDS - t_start)) s"
 if [ "$fail" -ne 0 ]; then
   echo "device check: FAILED"
   exit 1

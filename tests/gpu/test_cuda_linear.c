@@ -102,16 +102,17 @@ static void run_case(sotto_wfmt fmt, int dq, int rows, int cols, int n, int with
     free(src), free(x), free(bias), free(y_cpu), free(y_gpu), free(mag), free(wrow);
 }
 
-/* sotto_cuda_wmat_dequant against sotto_wmat_dequantize_rows (the CPU's
- * decoding): the same code tables and one or two float multiplies, so the
- * values must agree to the last bit or nearly. */
+/* sotto_cuda_wmat_dequant against the scalar reference's decoding of each
+ * element (sotto__wmat_get): the same code tables and one or two float
+ * multiplies, so the values must agree to the last bit or nearly. */
 static void run_dequant(sotto_wfmt fmt, int dq, int rows, int cols) {
     size_t nw = (size_t)rows * cols;
     float *src = malloc(sizeof(float) * nw), *cpu = malloc(sizeof(float) * nw), *gpu = malloc(sizeof(float) * nw);
     for (size_t i = 0; i < nw; i++) src[i] = frand() * 0.05f;
     qmat q;
     CHECK(make(&q, fmt, rows, cols, src, dq) == 0);
-    sotto_wmat_dequantize_rows(&q.w, 0, rows, cpu);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) cpu[(size_t)r * cols + c] = sotto__wmat_get(&q.w, (size_t)r, c);
     sotto_err err = {0};
     sotto_cuda_wmat *d = sotto_cuda_wmat_upload(&q.w, &err);
     float *dd = sotto_cuda_malloc(sizeof(float) * nw, &err);
