@@ -22,6 +22,7 @@
 #define SOTTO_CUDA_LINEAR_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,15 +41,26 @@ void sotto_cuda_wmat_free(sotto_cuda_wmat *w); /* accepts NULL */
 size_t sotto_cuda_wmat_bytes(const sotto_cuda_wmat *w); /* device bytes held */
 
 /* Device pointers: x [n][cols], y [n][rows], bias [rows] or NULL. Runs on the
- * default stream and waits for it. */
+ * thread's stream (see sotto_cuda_set_stream) and waits for the device. */
 int sotto_cuda_linear(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
                       sotto_err *err);
 
-/* The same, queued on the default stream without waiting (launch errors are
- * still reported); sotto_cuda_sync waits for everything queued. */
+/* The same, queued on the thread's stream without waiting (launch errors
+ * are still reported); sotto_cuda_sync waits for everything queued. */
 int sotto_cuda_linear_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
                             sotto_err *err);
 int sotto_cuda_sync(sotto_err *err);
+
+/* y += x W^T (+ bias), queued like sotto_cuda_linear_async: the residual
+ * add in the same kernel, with no temporary. */
+int sotto_cuda_linear_acc_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
+                                sotto_err *err);
+
+/* The stream the calling thread's kernels and copies are queued on (a
+ * cudaStream_t; NULL, the default, is the legacy default stream). Every
+ * sotto_cuda_* call of this thread uses it; sotto_cuda_copy waits for it. */
+void sotto_cuda_set_stream(void *stream);
+void *sotto_cuda_get_stream(void);
 
 /* Shape and format of an uploaded matrix; its float data when it is F32
  * (NULL otherwise). */
@@ -61,6 +73,13 @@ const float *sotto_cuda_wmat_f32(const sotto_cuda_wmat *w);
  * default stream): the encoder-sized path decodes one layer into a scratch
  * buffer and hands it to cuBLAS. Same values as sotto_wmat_dequantize_rows. */
 int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_err *err);
+
+/* The bf16 tensor-core path: w decoded to bf16 [rows][cols] (round to
+ * nearest even, as kernels/half.h), the raw bf16 data of a BF16 matrix (NULL
+ * otherwise), and n floats converted to bf16. Queued like the others. */
+int sotto_cuda_wmat_dequant_bf16(const sotto_cuda_wmat *w, uint16_t *dst, sotto_err *err);
+const uint16_t *sotto_cuda_wmat_bf16(const sotto_cuda_wmat *w);
+int sotto_cuda_f32_to_bf16(const float *x, uint16_t *y, size_t n, sotto_err *err);
 
 /* Small device-memory helpers for callers and tests. */
 void *sotto_cuda_malloc(size_t bytes, sotto_err *err);

@@ -1,11 +1,12 @@
-/* cuda_ops.h - the element-wise operations of ops.h on the GPU: layer norm,
- * exact GELU, row softmax, bias rows. Same semantics as the CPU twins in
- * kernels/ops_cpu.c (a softmax row that is all -INFINITY becomes zeros);
- * tests/gpu/test_cuda_ops.c holds them to double-precision references.
+/* cuda_ops.h - the element-wise operations of ops.h on the GPU (layer norm,
+ * exact GELU, row softmax, bias rows, adds, im2col) and attention. Same
+ * semantics as the CPU twins in kernels/ops_cpu.c (a softmax row that is all
+ * -INFINITY becomes zeros); tests/gpu/test_cuda_ops.c holds them to
+ * double-precision references.
  *
  * All pointers are device pointers owned by the caller. Each call queues its
- * kernel on the default stream (sotto_cuda_sync waits) and returns launch
- * errors as SOTTO_E_INTERNAL with a message.
+ * kernel on the thread's stream (sotto_cuda_set_stream; sotto_cuda_sync
+ * waits) and returns launch errors as SOTTO_E_INTERNAL with a message.
  */
 #ifndef SOTTO_CUDA_OPS_H
 #define SOTTO_CUDA_OPS_H
@@ -49,6 +50,30 @@ int sotto_cuda_add(float *y, const float *x, size_t n, sotto_err *err);
  * cols [t_out][c_in * 3], cols[t][c*3 + j] = x[t*stride - 1 + j][c] or 0
  * outside, t_out = (t_in - 1) / stride + 1. */
 int sotto_cuda_im2col_k3(const float *x, int t_in, int c_in, int stride, float *cols, sotto_err *err);
+
+/* ---- decoder steps driven by per-row metadata in device memory ----------
+ * Nothing that changes from one step to the next is passed by value, so a
+ * step's launches can be captured once in a CUDA graph and replayed: each
+ * step only rewrites the rows' metadata (and the embedded tokens). */
+typedef struct sotto_cuda_row {
+    float *self_k, *self_v;         /* layer 0 of the row's self-attention cache, [n_text_ctx][d] */
+    const float *cross_k, *cross_v; /* layer 0 of its stream's cross-attention K/V, [n_audio_ctx][d] */
+    long long self_layer_stride;    /* floats from one layer's cache to the next */
+    long long cross_layer_stride;
+    int pos;                        /* position of the row's token */
+    int pad_;
+} sotto_cuda_row;
+
+/* Row i's k and v ([n][d]) into its cache at (layer, pos). */
+int sotto_cuda_kv_append(const float *k, const float *v, int n, int d, const sotto_cuda_row *rows, int layer,
+                         sotto_err *err);
+/* Self-attention of row i (q, out: [n][n_head * dh]) over its cache's
+ * pos + 1 keys of `layer`; max_kv bounds pos + 1 (shared memory). */
+int sotto_cuda_attention_self(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
+                              int layer, int max_kv, float scale, sotto_err *err);
+/* Cross-attention of row i over its stream's n_kv encoder positions. */
+int sotto_cuda_attention_cross(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
+                               int layer, int n_kv, float scale, sotto_err *err);
 
 #ifdef __cplusplus
 }

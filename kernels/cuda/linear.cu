@@ -27,6 +27,13 @@ __constant__ float c_nf4[16];
 __constant__ float c_e2m1[8];
 __constant__ float c_e4m3[256];
 
+// The stream this thread queues on (0: the legacy default stream).
+static __thread cudaStream_t tl_stream;
+
+extern "C" void sotto_cuda_set_stream(void *stream) { tl_stream = (cudaStream_t)stream; }
+extern "C" void *sotto_cuda_get_stream(void) { return (void *)tl_stream; }
+#define S() tl_stream
+
 static int cuda_fail(sotto_err *err, cudaError_t e, const char *what) {
     return sotto_err_set(err, SOTTO_E_INTERNAL, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
@@ -79,7 +86,8 @@ extern "C" void sotto_cuda_free(void *p) {
 }
 
 extern "C" int sotto_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, sotto_err *err) {
-    cudaError_t e = cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, S());
+    if (e == cudaSuccess) e = cudaStreamSynchronize(S());
     return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "cudaMemcpy");
 }
 
@@ -166,7 +174,7 @@ __device__ __forceinline__ void decode8(const WDev &w, const float *s_nf4, const
 // One warp per output feature; VEC: cols % 8 == 0 (always for the block formats).
 template <int FMT, bool VEC>
 __global__ void __launch_bounds__(256) skinny(WDev w, const float *__restrict__ x, int n,
-                                              const float *__restrict__ bias, float *__restrict__ y) {
+                                              const float *__restrict__ bias, float *__restrict__ y, int acc) {
     __shared__ float s_nf4[16], s_e2m1[8];
     if (threadIdx.x < 16) s_nf4[threadIdx.x] = c_nf4[threadIdx.x];
     if (threadIdx.x < 8) s_e2m1[threadIdx.x] = c_e2m1[threadIdx.x];
@@ -212,29 +220,32 @@ __global__ void __launch_bounds__(256) skinny(WDev w, const float *__restrict__ 
             float t = acc[j];
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
-            if (lane == 0 && j < nb) y[(size_t)(n0 + j) * w.rows + row] = t + (bias ? bias[row] : 0.f);
+            if (lane == 0 && j < nb) {
+                float *yp = y + (size_t)(n0 + j) * w.rows + row;
+                *yp = (acc ? *yp : 0.f) + t + (bias ? bias[row] : 0.f);
+            }
         }
     }
 }
 
-extern "C" int sotto_cuda_linear_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n,
-                                       float *y, sotto_err *err) {
+static int linear_launch(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y, int acc,
+                         sotto_err *err) {
     if (n <= 0) return SOTTO_OK;
     WDev d = {w->data, w->scales, w->rows, w->cols, w->global_scale};
     dim3 block(256), grid((unsigned)((w->rows + 7) / 8));
     const bool vec = w->cols % 8 == 0;
     switch (w->fmt) {
     case SOTTO_WFMT_F32:
-        if (vec) skinny<SOTTO_WFMT_F32, true><<<grid, block>>>(d, x, n, bias, y);
-        else skinny<SOTTO_WFMT_F32, false><<<grid, block>>>(d, x, n, bias, y);
+        if (vec) skinny<SOTTO_WFMT_F32, true><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc);
+        else skinny<SOTTO_WFMT_F32, false><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc);
         break;
     case SOTTO_WFMT_BF16:
-        if (vec) skinny<SOTTO_WFMT_BF16, true><<<grid, block>>>(d, x, n, bias, y);
-        else skinny<SOTTO_WFMT_BF16, false><<<grid, block>>>(d, x, n, bias, y);
+        if (vec) skinny<SOTTO_WFMT_BF16, true><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc);
+        else skinny<SOTTO_WFMT_BF16, false><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc);
         break;
-    case SOTTO_WFMT_Q8: skinny<SOTTO_WFMT_Q8, true><<<grid, block>>>(d, x, n, bias, y); break;
-    case SOTTO_WFMT_NF4: skinny<SOTTO_WFMT_NF4, true><<<grid, block>>>(d, x, n, bias, y); break;
-    case SOTTO_WFMT_NVFP4: skinny<SOTTO_WFMT_NVFP4, true><<<grid, block>>>(d, x, n, bias, y); break;
+    case SOTTO_WFMT_Q8: skinny<SOTTO_WFMT_Q8, true><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc); break;
+    case SOTTO_WFMT_NF4: skinny<SOTTO_WFMT_NF4, true><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc); break;
+    case SOTTO_WFMT_NVFP4: skinny<SOTTO_WFMT_NVFP4, true><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc); break;
     default: return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
     }
     cudaError_t e = cudaGetLastError();
@@ -263,6 +274,78 @@ __global__ void dequant_k(WDev w, float *__restrict__ dst) {
     }
 }
 
+// fp32 -> bf16, round to nearest even (NaN kept quiet), as kernels/half.h.
+__device__ __forceinline__ uint16_t to_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+template <int FMT, bool VEC>
+__global__ void dequant_bf16_k(WDev w, uint16_t *__restrict__ dst) {
+    __shared__ float s_nf4[16], s_e2m1[8];
+    if (threadIdx.x < 16) s_nf4[threadIdx.x] = c_nf4[threadIdx.x];
+    if (threadIdx.x < 8) s_e2m1[threadIdx.x] = c_e2m1[threadIdx.x];
+    __syncthreads();
+    const size_t total = (size_t)w.rows * (size_t)w.cols, step = VEC ? 8 : 1;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * step; i < total;
+         i += (size_t)gridDim.x * blockDim.x * step) {
+        if (VEC) {
+            float v[8];
+            decode8<FMT>(w, s_nf4, s_e2m1, i, v);
+            uint4 o;
+            o.x = to_bf16(v[0]) | (uint32_t)to_bf16(v[1]) << 16, o.y = to_bf16(v[2]) | (uint32_t)to_bf16(v[3]) << 16;
+            o.z = to_bf16(v[4]) | (uint32_t)to_bf16(v[5]) << 16, o.w = to_bf16(v[6]) | (uint32_t)to_bf16(v[7]) << 16;
+            *(uint4 *)(dst + i) = o;
+        } else {
+            dst[i] = FMT == SOTTO_WFMT_F32 ? to_bf16(((const float *)w.data)[i]) : ((const uint16_t *)w.data)[i];
+        }
+    }
+}
+
+__global__ void f32_to_bf16_k(const float *__restrict__ x, uint16_t *__restrict__ y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = to_bf16(x[i]);
+}
+
+static unsigned grid_for(size_t work) {
+    size_t g = (work + 255) / 256;
+    return (unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g);
+}
+
+extern "C" int sotto_cuda_wmat_dequant_bf16(const sotto_cuda_wmat *w, uint16_t *dst, sotto_err *err) {
+    WDev d = {w->data, w->scales, w->rows, w->cols, w->global_scale};
+    const bool vec = w->cols % 8 == 0;
+    dim3 block(256), grid(grid_for((size_t)w->rows * w->cols / (vec ? 8 : 1)));
+    switch (w->fmt) {
+    case SOTTO_WFMT_F32:
+        if (vec) dequant_bf16_k<SOTTO_WFMT_F32, true><<<grid, block, 0, S()>>>(d, dst);
+        else dequant_bf16_k<SOTTO_WFMT_F32, false><<<grid, block, 0, S()>>>(d, dst);
+        break;
+    case SOTTO_WFMT_BF16:
+        if (vec) dequant_bf16_k<SOTTO_WFMT_BF16, true><<<grid, block, 0, S()>>>(d, dst);
+        else dequant_bf16_k<SOTTO_WFMT_BF16, false><<<grid, block, 0, S()>>>(d, dst);
+        break;
+    case SOTTO_WFMT_Q8: dequant_bf16_k<SOTTO_WFMT_Q8, true><<<grid, block, 0, S()>>>(d, dst); break;
+    case SOTTO_WFMT_NF4: dequant_bf16_k<SOTTO_WFMT_NF4, true><<<grid, block, 0, S()>>>(d, dst); break;
+    case SOTTO_WFMT_NVFP4: dequant_bf16_k<SOTTO_WFMT_NVFP4, true><<<grid, block, 0, S()>>>(d, dst); break;
+    default: return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
+    }
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "dequant_bf16 launch");
+}
+
+extern "C" int sotto_cuda_f32_to_bf16(const float *x, uint16_t *y, size_t n, sotto_err *err) {
+    if (!n) return SOTTO_OK;
+    f32_to_bf16_k<<<grid_for(n), 256, 0, S()>>>(x, y, n);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "f32_to_bf16 launch");
+}
+
+extern "C" const uint16_t *sotto_cuda_wmat_bf16(const sotto_cuda_wmat *w) {
+    return w->fmt == SOTTO_WFMT_BF16 ? (const uint16_t *)w->data : NULL;
+}
+
 extern "C" int sotto_cuda_wmat_rows(const sotto_cuda_wmat *w) { return w->rows; }
 extern "C" int sotto_cuda_wmat_cols(const sotto_cuda_wmat *w) { return w->cols; }
 extern "C" sotto_wfmt sotto_cuda_wmat_fmt(const sotto_cuda_wmat *w) { return w->fmt; }
@@ -278,20 +361,30 @@ extern "C" int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sot
     dim3 block(256), grid((unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g));
     switch (w->fmt) {
     case SOTTO_WFMT_F32:
-        if (vec) dequant_k<SOTTO_WFMT_F32, true><<<grid, block>>>(d, dst);
-        else dequant_k<SOTTO_WFMT_F32, false><<<grid, block>>>(d, dst);
+        if (vec) dequant_k<SOTTO_WFMT_F32, true><<<grid, block, 0, S()>>>(d, dst);
+        else dequant_k<SOTTO_WFMT_F32, false><<<grid, block, 0, S()>>>(d, dst);
         break;
     case SOTTO_WFMT_BF16:
-        if (vec) dequant_k<SOTTO_WFMT_BF16, true><<<grid, block>>>(d, dst);
-        else dequant_k<SOTTO_WFMT_BF16, false><<<grid, block>>>(d, dst);
+        if (vec) dequant_k<SOTTO_WFMT_BF16, true><<<grid, block, 0, S()>>>(d, dst);
+        else dequant_k<SOTTO_WFMT_BF16, false><<<grid, block, 0, S()>>>(d, dst);
         break;
-    case SOTTO_WFMT_Q8: dequant_k<SOTTO_WFMT_Q8, true><<<grid, block>>>(d, dst); break;
-    case SOTTO_WFMT_NF4: dequant_k<SOTTO_WFMT_NF4, true><<<grid, block>>>(d, dst); break;
-    case SOTTO_WFMT_NVFP4: dequant_k<SOTTO_WFMT_NVFP4, true><<<grid, block>>>(d, dst); break;
+    case SOTTO_WFMT_Q8: dequant_k<SOTTO_WFMT_Q8, true><<<grid, block, 0, S()>>>(d, dst); break;
+    case SOTTO_WFMT_NF4: dequant_k<SOTTO_WFMT_NF4, true><<<grid, block, 0, S()>>>(d, dst); break;
+    case SOTTO_WFMT_NVFP4: dequant_k<SOTTO_WFMT_NVFP4, true><<<grid, block, 0, S()>>>(d, dst); break;
     default: return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
     }
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "dequant launch");
+}
+
+extern "C" int sotto_cuda_linear_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n,
+                                       float *y, sotto_err *err) {
+    return linear_launch(w, bias, x, n, y, 0, err);
+}
+
+extern "C" int sotto_cuda_linear_acc_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n,
+                                           float *y, sotto_err *err) {
+    return linear_launch(w, bias, x, n, y, 1, err);
 }
 
 extern "C" int sotto_cuda_sync(sotto_err *err) {

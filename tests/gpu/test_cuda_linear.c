@@ -9,6 +9,7 @@
  */
 #include "check.h"
 #include "cuda_linear.h"
+#include "half.h"
 #include "linear_internal.h"
 #include "linear_ref.h"
 #include "quant.h"
@@ -84,6 +85,18 @@ static void run_case(sotto_wfmt fmt, int dq, int rows, int cols, int n, int with
         CHECK(sotto_cuda_copy(db, bias, sizeof(float) * rows, 1, &err) == 0);
         CHECK_MSG(sotto_cuda_linear(d, with_bias ? db : NULL, dx, n, dy, &err) == 0, "%s", err.msg);
         CHECK(sotto_cuda_copy(y_gpu, dy, sizeof(float) * (size_t)n * rows, 0, &err) == 0);
+        /* the accumulating form adds the same result to what y holds: run it
+         * over y_gpu and expect twice (within rounding of one add) */
+        CHECK_MSG(sotto_cuda_linear_acc_async(d, with_bias ? db : NULL, dx, n, dy, &err) == 0, "%s", err.msg);
+        CHECK(sotto_cuda_sync(&err) == 0);
+        float *y2 = malloc(sizeof(float) * (size_t)n * rows);
+        CHECK(sotto_cuda_copy(y2, dy, sizeof(float) * (size_t)n * rows, 0, &err) == 0);
+        double worst_acc = 0;
+        for (size_t i = 0; i < (size_t)n * rows; i++)
+            worst_acc = fmax(worst_acc, fabs((double)y2[i] - 2.0 * y_gpu[i]) / mag[i]);
+        CHECK_MSG(worst_acc < 1e-6, "%s %dx%d n=%d: accumulate error %.3g", sotto_wfmt_name(fmt), rows, cols, n,
+                  worst_acc);
+        free(y2);
         double worst = 0;
         size_t at = 0;
         for (size_t i = 0; i < (size_t)n * rows; i++) {
@@ -137,6 +150,61 @@ static void run_dequant(sotto_wfmt fmt, int dq, int rows, int cols) {
     free(src), free(cpu), free(gpu);
 }
 
+/* The bf16 path's conversions: a layer decoded to bf16 and activations
+ * rounded to bf16 must equal kernels/half.h's rounding of the CPU's values
+ * bit for bit (including ties, infinities and NaN). */
+static void run_bf16(sotto_wfmt fmt, int dq, int rows, int cols) {
+    size_t nw = (size_t)rows * cols;
+    float *src = malloc(sizeof(float) * nw);
+    uint16_t *want = malloc(2 * nw), *got = malloc(2 * nw);
+    for (size_t i = 0; i < nw; i++) src[i] = frand() * 0.05f;
+    qmat q;
+    CHECK(make(&q, fmt, rows, cols, src, dq) == 0);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            want[(size_t)r * cols + c] = sotto_f32_to_bf16(sotto__wmat_get(&q.w, (size_t)r, c));
+    sotto_err err = {0};
+    sotto_cuda_wmat *d = sotto_cuda_wmat_upload(&q.w, &err);
+    uint16_t *dd = sotto_cuda_malloc(2 * nw, &err);
+    size_t bad = 0;
+    if (d && dd) {
+        CHECK_MSG(sotto_cuda_wmat_dequant_bf16(d, dd, &err) == 0, "%s", err.msg);
+        CHECK(sotto_cuda_sync(&err) == 0 && sotto_cuda_copy(got, dd, 2 * nw, 0, &err) == 0);
+        for (size_t i = 0; i < nw; i++) bad += got[i] != want[i];
+    }
+    CHECK_MSG(d && dd && bad == 0, "dequant_bf16 %s %dx%d: %zu values differ", sotto_wfmt_name(fmt), rows, cols, bad);
+    printf("  dequant_bf16 %-8s %6d x %-5d %zu values differ\n", dq ? "nf4+dq" : sotto_wfmt_name(fmt), rows, cols, bad);
+    sotto_cuda_free(dd);
+    sotto_cuda_wmat_free(d);
+    free(q.data), free(q.scales), free(q.codes), free(q.nested);
+    free(src), free(want), free(got);
+}
+
+static void run_to_bf16(void) {
+    const size_t n = 100003;
+    float *x = malloc(sizeof(float) * n);
+    uint16_t *got = malloc(2 * n);
+    for (size_t i = 0; i < n; i++) x[i] = frand() * 1e4f;
+    x[0] = INFINITY, x[1] = -INFINITY, x[2] = NAN, x[3] = 0.0f, x[4] = -0.0f;
+    x[5] = 1.00390625f;  /* exactly halfway between two bf16 values: to even */
+    x[6] = 1.01171875f;  /* halfway, rounds up to even */
+    x[7] = 3.4e38f;      /* rounds to infinity */
+    sotto_err err = {0};
+    float *dx = sotto_cuda_malloc(sizeof(float) * n, &err);
+    uint16_t *dy = sotto_cuda_malloc(2 * n, &err);
+    size_t bad = 0;
+    if (dx && dy) {
+        CHECK(sotto_cuda_copy(dx, x, sizeof(float) * n, 1, &err) == 0);
+        CHECK_MSG(sotto_cuda_f32_to_bf16(dx, dy, n, &err) == 0, "%s", err.msg);
+        CHECK(sotto_cuda_sync(&err) == 0 && sotto_cuda_copy(got, dy, 2 * n, 0, &err) == 0);
+        for (size_t i = 0; i < n; i++) bad += got[i] != sotto_f32_to_bf16(x[i]);
+    }
+    CHECK_MSG(dx && dy && bad == 0, "f32_to_bf16: %zu values differ", bad);
+    printf("  f32_to_bf16  n=%zu: %zu values differ\n", n, bad);
+    sotto_cuda_free(dx), sotto_cuda_free(dy);
+    free(x), free(got);
+}
+
 int main(void) {
     char name[256], why[256];
     if (!sotto_cuda_available(name, sizeof name, why, sizeof why)) {
@@ -167,5 +235,9 @@ int main(void) {
         }
     run_dequant(SOTTO_WFMT_F32, 0, 7, 77);
     run_dequant(SOTTO_WFMT_BF16, 0, 33, 129);
+    for (int f = 0; f < SOTTO_WFMT_COUNT; f++)
+        for (int dq = 0; dq <= (f == SOTTO_WFMT_NF4); dq++) run_bf16((sotto_wfmt)f, dq, 384, 1536);
+    run_bf16(SOTTO_WFMT_F32, 0, 7, 77);
+    run_to_bf16();
     return check_report();
 }

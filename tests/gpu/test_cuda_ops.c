@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
 static float frand(void) {
@@ -221,6 +222,111 @@ static void test_im2col(int t_in, int c_in, int stride) {
     free(x), free(cols), free(ref);
 }
 
+/* A decoder step driven by row metadata: n rows, each with its own self
+ * cache (different layer strides and positions) and a cross K/V shared by
+ * pairs of rows; K/V appended at each row's position of layer `layer`,
+ * then self- and cross-attention, against double-precision references. */
+static void test_meta_step(int n, int n_head, int dh, int n_cross, int layer) {
+    const int d = n_head * dh, C = 448, L = layer + 2;
+    sotto_err err = {0};
+    sotto_cuda_row *rows = calloc((size_t)n, sizeof *rows);
+    float **self_k = calloc((size_t)n, sizeof(float *)), **self_v = calloc((size_t)n, sizeof(float *));
+    float **hk = calloc((size_t)n, sizeof(float *)), **hv = calloc((size_t)n, sizeof(float *));
+    int n_streams = (n + 1) / 2;
+    float **ck = calloc((size_t)n_streams, sizeof(float *)), **cv = calloc((size_t)n_streams, sizeof(float *));
+    float **hck = calloc((size_t)n_streams, sizeof(float *)), **hcv = calloc((size_t)n_streams, sizeof(float *));
+    size_t cross_n = (size_t)L * n_cross * d;
+    for (int s = 0; s < n_streams; s++) {
+        hck[s] = malloc(sizeof(float) * cross_n), hcv[s] = malloc(sizeof(float) * cross_n);
+        for (size_t i = 0; i < cross_n; i++) hck[s][i] = frand(), hcv[s][i] = frand();
+        ck[s] = to_dev(hck[s], cross_n), cv[s] = to_dev(hcv[s], cross_n);
+    }
+    for (int i = 0; i < n; i++) {
+        int seqs = 1 + i % 3, seq = i % seqs; /* states with 1..3 sequences */
+        size_t lstride = (size_t)seqs * C * d, tot = (size_t)L * lstride;
+        hk[i] = malloc(sizeof(float) * tot), hv[i] = malloc(sizeof(float) * tot);
+        for (size_t j = 0; j < tot; j++) hk[i][j] = frand(), hv[i][j] = frand();
+        self_k[i] = to_dev(hk[i], tot), self_v[i] = to_dev(hv[i], tot);
+        rows[i] = (sotto_cuda_row){.self_k = self_k[i] + (size_t)seq * C * d, .self_v = self_v[i] + (size_t)seq * C * d,
+                                   .cross_k = ck[i / 2], .cross_v = cv[i / 2],
+                                   .self_layer_stride = (long long)lstride,
+                                   .cross_layer_stride = (long long)n_cross * d,
+                                   .pos = (i * 37) % (C - 1)};
+        /* the host copy: shift to the row's sequence */
+        hk[i] += (size_t)seq * C * d, hv[i] += (size_t)seq * C * d;
+        rows[i].pad_ = seq; /* remembered to undo the shift */
+    }
+    size_t nq = (size_t)n * d;
+    float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nq), *v = malloc(sizeof(float) * nq);
+    float *o = malloc(sizeof(float) * nq), *o2 = malloc(sizeof(float) * nq);
+    for (size_t i = 0; i < nq; i++) q[i] = frand(), k[i] = frand(), v[i] = frand();
+    float *dq = to_dev(q, nq), *dk = to_dev(k, nq), *dv = to_dev(v, nq), *dout = to_dev(o, nq), *dout2 = to_dev(o, nq);
+    sotto_cuda_row *drows = (sotto_cuda_row *)sotto_cuda_malloc(sizeof *rows * (size_t)n, &err);
+    CHECK(drows && sotto_cuda_copy(drows, rows, sizeof *rows * (size_t)n, 1, &err) == 0);
+    const float scale = 1.0f / sqrtf((float)dh);
+    CHECK_MSG(sotto_cuda_kv_append(dk, dv, n, d, drows, layer, &err) == 0, "%s", err.msg);
+    CHECK_MSG(sotto_cuda_attention_self(dq, dout, n, n_head, dh, drows, layer, C, scale, &err) == 0, "%s", err.msg);
+    CHECK_MSG(sotto_cuda_attention_cross(dq, dout2, n, n_head, dh, drows, layer, n_cross, scale, &err) == 0, "%s",
+              err.msg);
+    from_dev(o, dout, nq);
+    from_dev(o2, dout2, nq);
+    double *ref = malloc(sizeof(double) * nq), *ref2 = malloc(sizeof(double) * nq);
+    double *p = malloc(sizeof(double) * (n_cross > C ? n_cross : C));
+    for (int i = 0; i < n; i++) {
+        const sotto_cuda_row *r = &rows[i];
+        float *K = hk[i] + (size_t)layer * r->self_layer_stride, *Vv = hv[i] + (size_t)layer * r->self_layer_stride;
+        memcpy(K + (size_t)r->pos * d, k + (size_t)i * d, sizeof(float) * d); /* the append, on the host */
+        memcpy(Vv + (size_t)r->pos * d, v + (size_t)i * d, sizeof(float) * d);
+        for (int pass = 0; pass < 2; pass++) {
+            const float *KK = pass ? hck[i / 2] + (size_t)layer * n_cross * d : K;
+            const float *VV = pass ? hcv[i / 2] + (size_t)layer * n_cross * d : Vv;
+            int nk = pass ? n_cross : r->pos + 1;
+            double *out = pass ? ref2 : ref;
+            for (int h = 0; h < n_head; h++) {
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j < nk; j++) {
+                    double s = 0;
+                    for (int c = 0; c < dh; c++) s += (double)q[(size_t)i * d + h * dh + c] * KK[(size_t)j * d + h * dh + c];
+                    p[j] = s * scale;
+                    m = p[j] > m ? p[j] : m;
+                }
+                for (int j = 0; j < nk; j++) sum += (p[j] = exp(p[j] - m));
+                for (int c = 0; c < dh; c++) {
+                    double acc = 0;
+                    for (int j = 0; j < nk; j++) acc += p[j] / sum * VV[(size_t)j * d + h * dh + c];
+                    out[(size_t)i * d + h * dh + c] = acc;
+                }
+            }
+        }
+    }
+    double e1 = max_abs_diff(o, ref, nq), e2 = max_abs_diff(o2, ref2, nq);
+    /* the appended rows landed where the host put them */
+    double e3 = 0;
+    for (int i = 0; i < n; i++) {
+        const sotto_cuda_row *r = &rows[i];
+        size_t off = (size_t)layer * r->self_layer_stride + (size_t)r->pos * d;
+        float *back = malloc(sizeof(float) * d);
+        CHECK(sotto_cuda_copy(back, r->self_k + off, sizeof(float) * d, 0, &err) == 0);
+        for (int c = 0; c < d; c++) e3 = fmax(e3, fabs(back[c] - k[(size_t)i * d + c]));
+        CHECK(sotto_cuda_copy(back, r->self_v + off, sizeof(float) * d, 0, &err) == 0);
+        for (int c = 0; c < d; c++) e3 = fmax(e3, fabs(back[c] - v[(size_t)i * d + c]));
+        free(back);
+    }
+    CHECK_MSG(e1 < 2e-5 && e2 < 2e-5 && e3 == 0, "meta step n=%d heads=%d: self %.3g cross %.3g append %.3g", n, n_head,
+              e1, e2, e3);
+    printf("  meta step    n=%-3d heads=%-2d dh=%-3d cross=%-5d layer=%d max abs err self %.2e cross %.2e\n", n,
+           n_head, dh, n_cross, layer, e1, e2);
+    for (int i = 0; i < n; i++) {
+        sotto_cuda_free(self_k[i]), sotto_cuda_free(self_v[i]);
+        free(hk[i] - (size_t)rows[i].pad_ * C * d), free(hv[i] - (size_t)rows[i].pad_ * C * d);
+    }
+    for (int s = 0; s < n_streams; s++) sotto_cuda_free(ck[s]), sotto_cuda_free(cv[s]), free(hck[s]), free(hcv[s]);
+    sotto_cuda_free(dq), sotto_cuda_free(dk), sotto_cuda_free(dv), sotto_cuda_free(dout), sotto_cuda_free(dout2);
+    sotto_cuda_free(drows);
+    free(rows), free(self_k), free(self_v), free(hk), free(hv), free(ck), free(cv), free(hck), free(hcv);
+    free(q), free(k), free(v), free(o), free(o2), free(ref), free(ref2), free(p);
+}
+
 int main(void) {
     char name[256], why[256];
     if (!sotto_cuda_available(name, sizeof name, why, sizeof why)) {
@@ -255,5 +361,8 @@ int main(void) {
     test_im2col(3000, 128, 1);  /* conv1 of large-v3 */
     test_im2col(5, 3, 2);
     test_im2col(1, 1, 1);
+    test_meta_step(1, 6, 64, 1500, 0);   /* tiny: one stream */
+    test_meta_step(5, 6, 64, 1500, 3);   /* beams of several streams, a later layer */
+    test_meta_step(16, 20, 64, 1500, 2); /* large-v3-turbo: 16 rows */
     return check_report();
 }
