@@ -174,6 +174,11 @@ int main(int argc, char **argv) {
            sotto_model_weight_bytes(m) / 1e6, policy);
     printf("device %s, threads %d, BLAS core %s, medians of %d reps / %d steps\n",
            sotto_model_device_desc(m), threads, sotto_blas_corename(), reps, steps);
+    if (gpu) {
+        const char *gm = getenv("SOTTO_CUDA_GEMM"), *gr = getenv("SOTTO_CUDA_GRAPHS");
+        printf("encoder GEMMs %s, decoder step %s\n", gm && *gm ? gm : "f32",
+               gr && !strcmp(gr, "0") ? "kernel by kernel (no CUDA graph)" : "in a CUDA graph");
+    }
     printf("| stage | ms |\n|---|---|\n");
     printf("| load model | %.1f |\n", t_load);
     printf("| log-mel, 30 s | %.2f |\n", t_mel);

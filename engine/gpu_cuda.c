@@ -9,8 +9,11 @@
  * is two strided-batched GEMMs around a row softmax; decoder attention is the
  * per-row kernel over the K/V cache (causal for prompts).
  *
- * cuBLAS runs in plain fp32 by default, so results follow the CPU to within
- * summation order; SOTTO_CUDA_TF32=1 lets it use TF32 tensor cores.
+ * Encoder-sized GEMMs run in plain fp32 by default, so results follow the CPU
+ * to within summation order; SOTTO_CUDA_GEMM=tf32 uses TF32 tensor cores and
+ * SOTTO_CUDA_GEMM=bf16 bf16 operands (weights decoded to bf16, activations
+ * rounded) with fp32 accumulation. The decoder step is captured once per row
+ * count in a CUDA graph (SOTTO_CUDA_GRAPHS=0: launched kernel by kernel).
  */
 #include "gpu.h"
 
@@ -20,6 +23,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +50,7 @@ typedef struct gdec {
 } gdec;
 
 struct sotto_gpu_model {
+    unsigned long long id; /* unique per upload: keys the decoder-step graphs */
     float *conv1_w, *conv1_b, *conv2_w, *conv2_b, *enc_pos;
     genc *enc;
     gdec *dec;
@@ -135,6 +140,8 @@ sotto_gpu_model *sotto_gpu_model_create(const sotto_model *m, sotto_err *err) {
         sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
         return NULL;
     }
+    static atomic_ullong next_id = 1;
+    g->id = atomic_fetch_add(&next_id, 1);
     const int E = SOTTO_PART_ENCODER, D = SOTTO_PART_DECODER, da = hp->n_audio_state,
               dt = hp->n_text_state;
     if (!(g->conv1_w = up_vec(g, m->conv1_w, (size_t)da * hp->n_mels * 3, E, err)) ||
@@ -233,53 +240,107 @@ void *sotto_gpu_alloc(size_t bytes, sotto_err *err) { return sotto_cuda_malloc(b
 void sotto_gpu_release(void *p) { sotto_cuda_free(p); }
 
 int sotto_gpu_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, sotto_cuda_get_stream());
     return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "device copy");
 }
 
 /* ---- per-thread scratch ---------------------------------------------- */
 
-enum { G_X, G_H, G_Q, G_K, G_V, G_ATT, G_FF, G_TMP, G_DEQ, G_COLS, G_SCORES, G_MEL, G_LOGITS, G_COUNT };
+enum {
+    G_X, G_H, G_Q, G_K, G_V, G_ATT, G_FF, G_TMP, G_DEQ, G_COLS, G_SCORES, G_MEL, G_LOGITS, G_ROWS,
+    G_A16, G_QKV16, G_S16, /* bf16 GEMM operands (two per float of capacity) */
+    G_COUNT
+};
+
+/* Arithmetic of the encoder-sized GEMMs (SOTTO_CUDA_GEMM): plain fp32 (the
+ * default: closest to the CPU), TF32 tensor cores, or bf16 operands with fp32
+ * accumulation. Decode-sized batches always use the fused kernels. */
+enum { GEMM_F32, GEMM_TF32, GEMM_BF16 };
+
+#define MAX_GRAPHS 16
+
+/* A captured decoder step: n rows of a model, over the buffers of one
+ * generation (any reallocation makes it stale). */
+typedef struct step_graph {
+    unsigned long long model_id;
+    int n;
+    unsigned gen;
+    cudaGraphExec_t exec;
+    unsigned long long last_used;
+} step_graph;
 
 typedef struct gws {
     cublasHandle_t blas;
+    cudaStream_t stream;
     float *buf[G_COUNT];
     size_t cap[G_COUNT];
+    unsigned gen;            /* bumped whenever a buffer moves */
+    int use_graphs;          /* SOTTO_CUDA_GRAPHS=0 turns them off */
+    int gemm;                /* GEMM_* */
+    step_graph graphs[MAX_GRAPHS];
+    unsigned long long clock;
+    sotto_cuda_row *rows_host; /* [SKINNY_MAX] */
 } gws;
 
 static gws *get_gws(sotto_workspace *ws, sotto_err *err) {
-    if (ws->gpu) return ws->gpu;
-    gws *w = calloc(1, sizeof *w);
+    gws *w = ws->gpu;
     if (!w) {
-        sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
-        return NULL;
+        w = calloc(1, sizeof *w);
+        if (w) w->rows_host = calloc(SKINNY_MAX, sizeof *w->rows_host);
+        if (!w || !w->rows_host) {
+            if (w) free(w->rows_host);
+            free(w);
+            sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+            return NULL;
+        }
+        cudaError_t e = cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking);
+        if (e != cudaSuccess) {
+            free(w->rows_host);
+            free(w);
+            cuda_err(err, e, "cudaStreamCreate");
+            return NULL;
+        }
+        cublasStatus_t s = cublasCreate(&w->blas);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            cudaStreamDestroy(w->stream);
+            free(w->rows_host);
+            free(w);
+            blas_err(err, s, "cublasCreate");
+            return NULL;
+        }
+        const char *gm = getenv("SOTTO_CUDA_GEMM"), *graphs = getenv("SOTTO_CUDA_GRAPHS");
+        w->gemm = gm && !strcmp(gm, "bf16") ? GEMM_BF16 : gm && !strcmp(gm, "tf32") ? GEMM_TF32 : GEMM_F32;
+        cublasSetMathMode(w->blas, w->gemm == GEMM_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
+        cublasSetStream(w->blas, w->stream);
+        w->use_graphs = !(graphs && !strcmp(graphs, "0"));
+        ws->gpu = w;
     }
-    cublasStatus_t s = cublasCreate(&w->blas);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        free(w);
-        blas_err(err, s, "cublasCreate");
-        return NULL;
-    }
-    const char *tf32 = getenv("SOTTO_CUDA_TF32");
-    cublasSetMathMode(w->blas, tf32 && !strcmp(tf32, "1") ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                         : CUBLAS_PEDANTIC_MATH);
-    ws->gpu = w;
+    /* this thread's kernels and copies go to the workspace's stream */
+    sotto_cuda_set_stream(w->stream);
     return w;
 }
 
 void sotto_gpu_ws_free(void *p) {
     gws *w = p;
     if (!w) return;
+    cudaStreamSynchronize(w->stream);
+    for (int i = 0; i < MAX_GRAPHS; i++)
+        if (w->graphs[i].exec) cudaGraphExecDestroy(w->graphs[i].exec);
     for (int i = 0; i < G_COUNT; i++) sotto_cuda_free(w->buf[i]);
     cublasDestroy(w->blas);
+    if (sotto_cuda_get_stream() == (void *)w->stream) sotto_cuda_set_stream(NULL);
+    cudaStreamDestroy(w->stream);
+    free(w->rows_host);
     free(w);
 }
 
 static float *gbuf(gws *w, int which, size_t n, sotto_err *err) {
     if (n <= w->cap[which]) return w->buf[which];
     size_t cap = n + n / 4 + 64;
-    sotto_cuda_free(w->buf[which]); /* cudaFree waits for queued work */
+    cudaStreamSynchronize(w->stream);
+    sotto_cuda_free(w->buf[which]);
     w->buf[which] = NULL, w->cap[which] = 0;
+    w->gen++; /* graphs captured over the old buffer are stale */
     float *p = sotto_cuda_malloc(sizeof(float) * cap, err);
     if (!p) return NULL;
     w->buf[which] = p, w->cap[which] = cap;
@@ -302,12 +363,26 @@ static int gemm(gws *w, const float *W, int rows, int cols, const float *x, int 
 static int glinear(gws *w, const glin *L, const float *x, int n, float *y, int acc, sotto_err *err) {
     const int rows = sotto_cuda_wmat_rows(L->w), cols = sotto_cuda_wmat_cols(L->w);
     int rc;
-    if (n <= SKINNY_MAX) {
-        if (!acc) return sotto_cuda_linear_async(L->w, L->b, x, n, y, err);
-        float *t = gbuf(w, G_TMP, (size_t)n * rows, err);
-        if (!t) return err->code;
-        if ((rc = sotto_cuda_linear_async(L->w, L->b, x, n, t, err))) return rc;
-        return sotto_cuda_add(y, t, (size_t)n * rows, err);
+    if (n <= SKINNY_MAX)
+        return acc ? sotto_cuda_linear_acc_async(L->w, L->b, x, n, y, err)
+                   : sotto_cuda_linear_async(L->w, L->b, x, n, y, err);
+    if (w->gemm == GEMM_BF16) { /* bf16 operands, fp32 accumulation and output */
+        const uint16_t *W16 = sotto_cuda_wmat_bf16(L->w);
+        if (!W16) {
+            uint16_t *s16 = (uint16_t *)gbuf(w, G_DEQ, ((size_t)rows * cols + 1) / 2, err);
+            if (!s16) return err->code;
+            if ((rc = sotto_cuda_wmat_dequant_bf16(L->w, s16, err))) return rc;
+            W16 = s16;
+        }
+        uint16_t *x16 = (uint16_t *)gbuf(w, G_A16, ((size_t)n * cols + 1) / 2, err);
+        if (!x16) return err->code;
+        if ((rc = sotto_cuda_f32_to_bf16(x, x16, (size_t)n * cols, err))) return rc;
+        const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
+        cublasStatus_t st = cublasGemmEx(w->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, W16, CUDA_R_16BF,
+                                         cols, x16, CUDA_R_16BF, cols, &beta, y, CUDA_R_32F, rows,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) return blas_err(err, st, "gemmEx (bf16)");
+        return L->b ? sotto_cuda_add_bias_rows(y, L->b, n, rows, err) : SOTTO_OK;
     }
     const float *W = sotto_cuda_wmat_f32(L->w);
     if (!W) {
@@ -326,6 +401,28 @@ static int enc_attention(gws *w, const float *q, const float *k, const float *v,
                          int d, int H, int dh, float scale, float *scores, sotto_err *err) {
     const float zero = 0.0f, one = 1.0f;
     const long long TT = (long long)T * T;
+    if (w->gemm == GEMM_BF16) {
+        const size_t td = (size_t)T * d;
+        uint16_t *q16 = (uint16_t *)gbuf(w, G_QKV16, (3 * td + 1) / 2, err);
+        uint16_t *p16 = q16 ? (uint16_t *)gbuf(w, G_S16, ((size_t)H * TT + 1) / 2, err) : NULL;
+        if (!p16) return err->code;
+        uint16_t *k16 = q16 + td, *v16 = q16 + 2 * td;
+        int rc;
+        if ((rc = sotto_cuda_f32_to_bf16(q, q16, td, err)) || (rc = sotto_cuda_f32_to_bf16(k, k16, td, err)) ||
+            (rc = sotto_cuda_f32_to_bf16(v, v16, td, err)))
+            return rc;
+        cublasStatus_t s = cublasGemmStridedBatchedEx(w->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, dh, &scale, k16,
+                                                      CUDA_R_16BF, d, dh, q16, CUDA_R_16BF, d, dh, &zero, scores,
+                                                      CUDA_R_32F, T, TT, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (s != CUBLAS_STATUS_SUCCESS) return blas_err(err, s, "attention scores (bf16)");
+        if ((rc = sotto_cuda_softmax_rows(scores, H * T, T, err)) ||
+            (rc = sotto_cuda_f32_to_bf16(scores, p16, (size_t)H * TT, err)))
+            return rc;
+        s = cublasGemmStridedBatchedEx(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, dh, T, T, &one, v16, CUDA_R_16BF, d, dh,
+                                       p16, CUDA_R_16BF, T, TT, &zero, out, CUDA_R_32F, d, dh, H,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        return s == CUBLAS_STATUS_SUCCESS ? SOTTO_OK : blas_err(err, s, "attention values (bf16)");
+    }
     /* S_h[query][key] = scale * q_h . k_h: column-major S_h^T = K_h'^T Q_h' */
     cublasStatus_t s = cublasSgemmStridedBatched(w->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, dh, &scale,
                                                  k, d, dh, q, d, dh, &zero, scores, T, TT, H);
@@ -418,7 +515,7 @@ int sotto_gpu_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_stat
                 return rc;
         }
     }
-    cudaError_t e = cudaDeviceSynchronize();
+    cudaError_t e = cudaStreamSynchronize(w->stream);
     if (e != cudaSuccess) return cuda_err(err, e, "encoder");
     for (int b = 0; b < B; b++) {
         sts[b]->encoded = 1;
@@ -432,6 +529,130 @@ int sotto_gpu_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_stat
 
 static float *self_at(const sotto_state *st, float *base, int layer, int seq, int pos) {
     return sotto_state_self(st, base, layer, seq) + (size_t)pos * st->m->hp.n_text_state;
+}
+
+/* The decoder step's kernels for n <= SKINNY_MAX rows whose metadata is in
+ * d_rows and tokens in x: nothing step-specific is passed by value, so this
+ * is what a graph captures. Logits of all rows go to lg. */
+static int enqueue_step(const sotto_model *m, gws *w, int n, const sotto_cuda_row *d_rows, float *x, float *h,
+                        float *q, float *k, float *v, float *att, float *f, float *lg, sotto_err *err) {
+    const sotto_gpu_model *g = m->gpu;
+    const sotto_hparams *hp = &m->hp;
+    const int d = hp->n_text_state, H = hp->n_text_head, dh = d / H, ff = hp->n_text_ff;
+    const float scale = 1.0f / sqrtf((float)dh);
+    int rc;
+    for (int l = 0; l < hp->n_text_layer; l++) {
+        const gdec *L = &g->dec[l];
+        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->attn_ln.g, L->attn_ln.b, 1e-5f, err)) ||
+            (rc = glinear(w, &L->q, h, n, q, 0, err)) || (rc = glinear(w, &L->k, h, n, k, 0, err)) ||
+            (rc = glinear(w, &L->v, h, n, v, 0, err)) ||
+            (rc = sotto_cuda_kv_append(k, v, n, d, d_rows, l, err)) ||
+            (rc = sotto_cuda_attention_self(q, att, n, H, dh, d_rows, l, hp->n_text_ctx, scale, err)) ||
+            (rc = glinear(w, &L->o, att, n, x, 1, err)) ||
+            (rc = sotto_cuda_layer_norm(x, h, n, d, L->cross_ln.g, L->cross_ln.b, 1e-5f, err)) ||
+            (rc = glinear(w, &L->cq, h, n, q, 0, err)) ||
+            (rc = sotto_cuda_attention_cross(q, att, n, H, dh, d_rows, l, hp->n_audio_ctx, scale, err)) ||
+            (rc = glinear(w, &L->co, att, n, x, 1, err)) ||
+            (rc = sotto_cuda_layer_norm(x, h, n, d, L->mlp_ln.g, L->mlp_ln.b, 1e-5f, err)) ||
+            (rc = glinear(w, &L->fc1, h, n, f, 0, err)) || (rc = sotto_cuda_gelu(f, (size_t)n * ff, err)) ||
+            (rc = glinear(w, &L->fc2, f, n, x, 1, err)))
+            return rc;
+    }
+    glin emb = {g->emb, NULL};
+    if ((rc = sotto_cuda_layer_norm(x, h, n, d, g->dec_ln.g, g->dec_ln.b, 1e-5f, err)) ||
+        (rc = glinear(w, &emb, h, n, lg, 0, err)))
+        return rc;
+    return SOTTO_OK;
+}
+
+/* The graph of (model, n) over the current buffers, captured on first use. */
+static cudaGraphExec_t step_graph_get(const sotto_model *m, gws *w, int n, const sotto_cuda_row *d_rows,
+                                      float *bufs[8], sotto_err *err) {
+    step_graph *slot = NULL;
+    w->clock++;
+    for (int i = 0; i < MAX_GRAPHS; i++) {
+        step_graph *e = &w->graphs[i];
+        if (e->exec && e->model_id == m->gpu->id && e->n == n && e->gen == w->gen) {
+            e->last_used = w->clock;
+            return e->exec;
+        }
+        if (!slot || !e->exec || (slot->exec && e->last_used < slot->last_used)) slot = e;
+    }
+    if (slot->exec) cudaGraphExecDestroy(slot->exec); /* least recently used, or stale */
+    slot->exec = NULL;
+    cudaError_t e = cudaStreamBeginCapture(w->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        cuda_err(err, e, "graph capture");
+        return NULL;
+    }
+    int rc = enqueue_step(m, w, n, d_rows, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6],
+                          bufs[7], err);
+    cudaGraph_t graph = NULL;
+    e = cudaStreamEndCapture(w->stream, &graph); /* always ends the capture */
+    if (rc || e != cudaSuccess) {
+        if (graph) cudaGraphDestroy(graph);
+        if (!rc) cuda_err(err, e, "graph capture");
+        return NULL;
+    }
+    cudaGraphExec_t exec = NULL;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        cuda_err(err, e, "graph instantiate");
+        return NULL;
+    }
+    *slot = (step_graph){m->gpu->id, n, w->gen, exec, w->clock};
+    return exec;
+}
+
+/* One decoder step of n <= SKINNY_MAX rows: metadata and tokens uploaded,
+ * then the captured graph (or the same kernels one by one), then logits. */
+static int decode_step(const sotto_model *m, gws *w, const sotto_row_ref *rows, int n, const float *x_host,
+                       float *logits, sotto_err *err) {
+    const sotto_hparams *hp = &m->hp;
+    const int d = hp->n_text_state, ff = hp->n_text_ff, V = hp->n_vocab;
+    const size_t R = SKINNY_MAX; /* buffers sized once for the largest step, so graphs stay valid */
+    const size_t row_floats = (R * sizeof(sotto_cuda_row) + sizeof(float) - 1) / sizeof(float);
+    float *b[8];
+    float *rows_buf;
+    if (!(b[0] = gbuf(w, G_X, R * d, err)) || !(b[1] = gbuf(w, G_H, R * d, err)) ||
+        !(b[2] = gbuf(w, G_Q, R * d, err)) || !(b[3] = gbuf(w, G_K, R * d, err)) ||
+        !(b[4] = gbuf(w, G_V, R * d, err)) || !(b[5] = gbuf(w, G_ATT, R * d, err)) ||
+        !(b[6] = gbuf(w, G_FF, R * ff, err)) || !(b[7] = gbuf(w, G_LOGITS, R * V, err)) ||
+        !(rows_buf = gbuf(w, G_ROWS, row_floats, err)))
+        return err->code;
+    const sotto_cuda_row *d_rows = (const sotto_cuda_row *)rows_buf;
+    for (int i = 0; i < n; i++) {
+        const sotto_state *st = rows[i].st;
+        w->rows_host[i] = (sotto_cuda_row){
+            .self_k = sotto_state_self(st, st->self_k, 0, rows[i].seq),
+            .self_v = sotto_state_self(st, st->self_v, 0, rows[i].seq),
+            .cross_k = st->cross_k,
+            .cross_v = st->cross_v,
+            .self_layer_stride = (long long)st->max_seqs * hp->n_text_ctx * d,
+            .cross_layer_stride = (long long)hp->n_audio_ctx * d,
+            .pos = rows[i].pos,
+        };
+    }
+    cudaError_t e;
+    if ((e = cudaMemcpyAsync(b[0], x_host, sizeof(float) * (size_t)n * d, cudaMemcpyHostToDevice, w->stream)) !=
+            cudaSuccess ||
+        (e = cudaMemcpyAsync(rows_buf, w->rows_host, sizeof(sotto_cuda_row) * (size_t)n, cudaMemcpyHostToDevice,
+                             w->stream)) != cudaSuccess)
+        return cuda_err(err, e, "decoder step upload");
+    int rc;
+    if (w->use_graphs) {
+        cudaGraphExec_t exec = step_graph_get(m, w, n, d_rows, b, err);
+        if (!exec) return err->code ? err->code : SOTTO_E_INTERNAL;
+        if ((e = cudaGraphLaunch(exec, w->stream)) != cudaSuccess) return cuda_err(err, e, "graph launch");
+    } else if ((rc = enqueue_step(m, w, n, d_rows, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], err))) {
+        return rc;
+    }
+    if ((e = cudaMemcpyAsync(logits, b[7], sizeof(float) * (size_t)n * V, cudaMemcpyDeviceToHost, w->stream)) !=
+            cudaSuccess ||
+        (e = cudaStreamSynchronize(w->stream)) != cudaSuccess)
+        return cuda_err(err, e, "decoder step");
+    return SOTTO_OK;
 }
 
 int sotto_gpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_ref *rows, int n,
@@ -448,6 +669,7 @@ int sotto_gpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_
     if (!w) return err->code;
     for (int i = 0; i < n; i++)
         if (!rows[i].st->on_gpu) return sotto_err_set(err, SOTTO_E_INVALID, "a CPU state for a GPU model");
+    if (!prompt && n <= SKINNY_MAX && !want && n_want == n) return decode_step(m, w, rows, n, x_host, logits, err);
     const size_t nr = (size_t)(n > n_want ? n : n_want); /* rows of h and q */
     float *x = gbuf(w, G_X, (size_t)n * d, err), *h = x ? gbuf(w, G_H, nr * d, err) : NULL;
     float *q = h ? gbuf(w, G_Q, nr * d, err) : NULL, *k = q ? gbuf(w, G_K, (size_t)n * d, err) : NULL;
@@ -528,6 +750,6 @@ int sotto_gpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_
             (rc = sotto_cuda_copy(logits, lg, sizeof(float) * (size_t)n_want * V, 0, err)))
             return rc;
     }
-    cudaError_t e = cudaDeviceSynchronize();
+    cudaError_t e = cudaStreamSynchronize(w->stream);
     return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "decoder");
 }

@@ -14,6 +14,8 @@
  *     transcript of a clip.
  *
  * usage: test_device [FORMAT ...]   (default: f32 bf16 q8 nf4 nvfp4)
+ * SOTTO_CUDA_GEMM=bf16|tf32 loosens the encoder and logit tolerances to what
+ * those arithmetics give; SOTTO_CUDA_GRAPHS=0 checks the step without graphs.
  * Model: $SOTTO_SOURCE_DIR/models/tiny.en. Speech: jfk.wav from
  * $SOTTO_AUDIO_DIR, else $SOTTO_SOURCE_DIR/../shared/audio.
  */
@@ -29,6 +31,10 @@
 #include <string.h>
 
 static char g_model[4096], g_wav[4096];
+/* max relative errors allowed: fp32 GEMMs follow the CPU to rounding; with
+ * SOTTO_CUDA_GEMM=bf16 the encoder's activations are rounded to bf16, so its
+ * output moves more and the logits a little (transcripts must still agree) */
+static double g_tol_enc = 2e-3, g_tol_logits = 2e-3;
 
 /* max |a - b| / max |b| */
 static double max_rel(const float *a, const float *b, size_t n) {
@@ -157,7 +163,8 @@ static void compare(const char *fmt, const sotto_model *c, const sotto_model *g,
     double e_b0 = max_rel(sotto_state_encoder_output(g0), sotto_state_encoder_output(c0), ne);
     double e_b1 = max_rel(sotto_state_encoder_output(g1), sotto_state_encoder_output(c1), ne);
     printf("%-6s encoder max rel error: one window %.2e, batch %.2e %.2e\n", fmt, e_one, e_b0, e_b1);
-    CHECK_MSG(e_one < 2e-3 && e_b0 < 2e-3 && e_b1 < 2e-3, "%s: encoder %.3g %.3g %.3g", fmt, e_one, e_b0, e_b1);
+    CHECK_MSG(e_one < g_tol_enc && e_b0 < g_tol_enc && e_b1 < g_tol_enc, "%s: encoder %.3g %.3g %.3g", fmt, e_one,
+              e_b0, e_b1);
 
     /* prompt: logits of every position */
     int32_t prompt[6] = {sp->sot_prev, 1002, 257, 3290, sp->sot, sp->no_timestamps};
@@ -199,8 +206,8 @@ static void compare(const char *fmt, const sotto_model *c, const sotto_model *g,
     CHECK_EQ_INT(sotto_state_seq_len(g0, 0), sotto_state_seq_len(c0, 0));
     printf("%-6s logits max rel error: prompt %.2e, steps %.2e; argmax agreed %d/%d\n", fmt, e_prompt, e_step,
            agree, 3 * steps);
-    CHECK_MSG(e_prompt < 2e-3 && e_step < 2e-3, "%s: logits %.3g %.3g", fmt, e_prompt, e_step);
-    CHECK_MSG(agree >= 3 * steps - 1, "%s: argmax agreed %d/%d", fmt, agree, 3 * steps);
+    CHECK_MSG(e_prompt < g_tol_logits && e_step < g_tol_logits, "%s: logits %.3g %.3g", fmt, e_prompt, e_step);
+    CHECK_MSG(agree >= 3 * steps - (g_tol_logits > 2e-3 ? 2 : 1), "%s: argmax agreed %d/%d", fmt, agree, 3 * steps);
 
     /* the whole clip, default options (beam 5, temperature fallback) */
     sotto_transcribe_opts o = sotto_transcribe_default_opts();
@@ -271,6 +278,9 @@ int main(int argc, char **argv) {
     if (audio) snprintf(g_wav, sizeof g_wav, "%s/jfk.wav", audio);
     else snprintf(g_wav, sizeof g_wav, "%s/../shared/audio/jfk.wav", src ? src : ".");
     sotto_threads_set(2);
+    const char *gemm = getenv("SOTTO_CUDA_GEMM");
+    if (gemm && !strcmp(gemm, "bf16")) g_tol_enc = 0.25, g_tol_logits = 2e-2;
+    else if (gemm && !strcmp(gemm, "tf32")) g_tol_enc = 2e-2, g_tol_logits = 1e-2;
     char desc[256], why[256];
     if (sotto_device_cuda_usable(desc, sizeof desc, why, sizeof why)) test_gpu(desc, argc, argv);
     else test_no_gpu(why);

@@ -24,6 +24,7 @@
 #include "cuda_internal.h"
 #include "cuda_linear.h"
 #include "cuda_ops.h"
+#include "half.h"
 #include "ops.h"
 
 #include <cblas.h>
@@ -79,6 +80,62 @@ static size_t span(int rows, int stride, int width) {
     return rows <= 0 || width <= 0 ? 0 : ((size_t)(rows - 1) * (size_t)stride + (size_t)width) * 4;
 }
 
+/* ---- graphs: recorded kernel calls ------------------------------------ */
+
+typedef void (*emu_fn)(const void *args);
+
+typedef struct emu_op {
+    emu_fn fn;
+    unsigned char args[160];
+} emu_op;
+
+struct CUgraph_st {
+    emu_op *ops;
+    size_t n, cap;
+};
+
+struct CUgraphExec_st {
+    struct CUgraph_st g;
+};
+
+static __thread struct CUgraph_st *tl_capture; /* the graph this thread records into */
+static __thread void *tl_stream;
+
+static void no_capture(const char *what) {
+    if (tl_capture) {
+        fprintf(stderr, "cuda_emu: %s during a stream capture\n", what);
+        abort();
+    }
+}
+
+/* Runs fn(args), or records it while this thread captures. */
+static int launch(emu_fn fn, const void *args, size_t size) {
+    if (size > sizeof(((emu_op *)0)->args)) {
+        fprintf(stderr, "cuda_emu: %zu bytes of kernel arguments\n", size);
+        abort();
+    }
+    if (!tl_capture) {
+        fn(args);
+        return SOTTO_OK;
+    }
+    struct CUgraph_st *g = tl_capture;
+    if (g->n == g->cap) {
+        size_t nc = g->cap ? 2 * g->cap : 64;
+        emu_op *o = realloc(g->ops, nc * sizeof *o);
+        if (!o) return SOTTO_E_NOMEM;
+        g->ops = o, g->cap = nc;
+    }
+    g->ops[g->n].fn = fn;
+    memcpy(g->ops[g->n].args, args, size);
+    g->n++;
+    return SOTTO_OK;
+}
+
+#define LAUNCH(fn, a) launch(fn, &(a), sizeof(a))
+
+void sotto_cuda_set_stream(void *stream) { tl_stream = stream; }
+void *sotto_cuda_get_stream(void) { return tl_stream; }
+
 void *sotto_cuda_malloc(size_t bytes, sotto_err *err) {
     char *p = malloc(bytes ? bytes : 1);
     pthread_mutex_lock(&g_lock);
@@ -118,6 +175,7 @@ void sotto_cuda_free(void *p) {
 }
 
 int sotto_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, sotto_err *err) {
+    no_capture("a synchronous copy");
     if (to_device) dev(dst, bytes, "copy to device (dst)"), host(src, bytes, "copy to device (src)");
     else dev(src, bytes, "copy to host (src)"), host(dst, bytes, "copy to host (dst)");
     memcpy(dst, src, bytes);
@@ -130,23 +188,111 @@ int sotto_cuda_available(char *name, size_t name_sz, char *why, size_t why_sz) {
     return 1;
 }
 
-int sotto_cuda_sync(sotto_err *err) { return SOTTO_OK; }
+int sotto_cuda_sync(sotto_err *err) {
+    no_capture("sotto_cuda_sync");
+    return SOTTO_OK;
+}
 
 /* ---- the CUDA runtime ------------------------------------------------ */
 
 const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
 
+typedef struct copy_args {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_args;
+
+static void run_copy(const void *p) {
+    const copy_args *a = p;
+    memmove(a->dst, a->src, a->bytes);
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
     (void)stream;
-    if (kind != cudaMemcpyDeviceToDevice) return cudaErrorInvalidValue; /* gpu_cuda.c uses D2D only */
-    dev(dst, bytes, "device copy (dst)");
-    dev(src, bytes, "device copy (src)");
-    memmove(dst, src, bytes);
+    switch (kind) {
+    case cudaMemcpyDeviceToDevice:
+        dev(dst, bytes, "device copy (dst)"), dev(src, bytes, "device copy (src)");
+        break;
+    case cudaMemcpyHostToDevice:
+        dev(dst, bytes, "copy to device (dst)"), host(src, bytes, "copy to device (src)");
+        no_capture("a copy from host memory");
+        break;
+    case cudaMemcpyDeviceToHost:
+        dev(src, bytes, "copy to host (src)"), host(dst, bytes, "copy to host (dst)");
+        no_capture("a copy to host memory");
+        break;
+    default: return cudaErrorInvalidValue;
+    }
+    copy_args a = {dst, src, bytes};
+    return LAUNCH(run_copy, a) ? cudaErrorMemoryAllocation : cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+    *stream = malloc(1); /* a distinct non-NULL handle */
+    return *stream ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    free(stream);
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    no_capture("cudaStreamSynchronize");
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+    if (tl_capture || !stream) return cudaErrorInvalidValue; /* the legacy stream cannot capture */
+    tl_capture = calloc(1, sizeof *tl_capture);
+    return tl_capture ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+    if (!tl_capture) return cudaErrorInvalidValue;
+    *graph = tl_capture;
+    tl_capture = NULL;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    struct CUgraphExec_st *e = calloc(1, sizeof *e);
+    if (!e) return cudaErrorMemoryAllocation;
+    e->g.ops = malloc(sizeof(emu_op) * (graph->n ? graph->n : 1));
+    if (!e->g.ops) {
+        free(e);
+        return cudaErrorMemoryAllocation;
+    }
+    memcpy(e->g.ops, graph->ops, sizeof(emu_op) * graph->n);
+    e->g.n = e->g.cap = graph->n;
+    *exec = e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+    no_capture("cudaGraphLaunch");
+    for (size_t i = 0; i < exec->g.n; i++) exec->g.ops[i].fn(exec->g.ops[i].args);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    if (graph) free(graph->ops);
+    free(graph);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    if (exec) free(exec->g.ops);
+    free(exec);
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+    no_capture("cudaDeviceSynchronize");
+    return cudaSuccess;
+}
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     pthread_mutex_lock(&g_lock);
@@ -169,6 +315,11 @@ cublasStatus_t cublasCreate(cublasHandle_t *h) {
 
 cublasStatus_t cublasDestroy(cublasHandle_t h) {
     free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t stream) {
+    (void)h, (void)stream;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -202,6 +353,7 @@ static enum CBLAS_TRANSPOSE tr(cublasOperation_t t) { return t == CUBLAS_OP_N ? 
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                            int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
                            const float *beta, float *C, int ldc) {
+    no_capture("cuBLAS");
     cublasStatus_t s = gemm_check(ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
     if (s) return s;
     cblas_sgemm(CblasColMajor, tr(ta), tr(tb), m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
@@ -223,6 +375,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
 cublasStatus_t cublasSgeam(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                            const float *alpha, const float *A, int lda, const float *beta,
                            const float *B, int ldb, float *C, int ldc) {
+    no_capture("cuBLAS");
     size_t a = ta == CUBLAS_OP_N ? cm_span(m, n, lda) : cm_span(n, m, lda);
     size_t c = cm_span(m, n, ldc);
     if (a == (size_t)-1 || c == (size_t)-1) return CUBLAS_STATUS_INVALID_VALUE;
@@ -241,6 +394,55 @@ cublasStatus_t cublasSgeam(cublasHandle_t h, cublasOperation_t ta, cublasOperati
             if (*beta != 0.0f) v += *beta * (tb == CUBLAS_OP_N ? B[i + (size_t)j * ldb] : B[j + (size_t)i * ldb]);
             C[i + (size_t)j * ldc] = v;
         }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* bf16 inputs: A and B converted to float, then Sgemm's arithmetic. */
+static float *widen(const void *p, cudaDataType t, size_t elems) {
+    float *f = malloc(sizeof(float) * (elems ? elems : 1));
+    if (!f) abort();
+    for (size_t i = 0; i < elems; i++)
+        f[i] = t == CUDA_R_16BF ? sotto_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    return f;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B,
+                            cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    no_capture("cuBLAS");
+    if (ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F || (at != CUDA_R_32F && at != CUDA_R_16BF) ||
+        (bt != CUDA_R_32F && bt != CUDA_R_16BF))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    size_t a = ta == CUBLAS_OP_N ? cm_span(m, k, lda) : cm_span(k, m, lda);
+    size_t b = tb == CUBLAS_OP_N ? cm_span(k, n, ldb) : cm_span(n, k, ldb);
+    size_t c = cm_span(m, n, ldc);
+    if (a == (size_t)-1 || b == (size_t)-1 || c == (size_t)-1) return CUBLAS_STATUS_INVALID_VALUE;
+    size_t ea = a / 4, eb = b / 4; /* elements spanned */
+    dev(A, ea * (at == CUDA_R_16BF ? 2 : 4), "gemmEx A");
+    dev(B, eb * (bt == CUDA_R_16BF ? 2 : 4), "gemmEx B");
+    dev(C, c, "gemmEx C");
+    float *fa = widen(A, at, ea), *fb = widen(B, bt, eb);
+    cblas_sgemm(CblasColMajor, tr(ta), tr(tb), m, n, k, *(const float *)alpha, fa, lda, fb, ldb,
+                *(const float *)beta, C, ldc);
+    free(fa);
+    free(fb);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                          int n, int k, const void *alpha, const void *A, cudaDataType at,
+                                          int lda, long long sa, const void *B, cudaDataType bt, int ldb,
+                                          long long sb, const void *beta, void *C, cudaDataType ct, int ldc,
+                                          long long sc, int batch, cublasComputeType_t compute,
+                                          cublasGemmAlgo_t algo) {
+    size_t za = at == CUDA_R_16BF ? 2 : 4, zb = bt == CUDA_R_16BF ? 2 : 4;
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t s = cublasGemmEx(h, ta, tb, m, n, k, alpha, (const char *)A + i * sa * za, at, lda,
+                                        (const char *)B + i * sb * zb, bt, ldb, beta, (float *)C + i * sc, ct,
+                                        ldc, compute, algo);
+        if (s) return s;
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -291,105 +493,247 @@ const float *sotto_cuda_wmat_f32(const sotto_cuda_wmat *w) {
     return w->w.fmt == SOTTO_WFMT_F32 ? w->w.data : NULL;
 }
 
+typedef struct dequant_args {
+    const sotto_cuda_wmat *w;
+    float *dst;
+} dequant_args;
+
+static void run_dequant(const void *p) {
+    const dequant_args *a = p;
+    dev(a->dst, (size_t)a->w->w.rows * a->w->w.cols * 4, "dequant dst");
+    sotto_wmat_dequantize_rows(&a->w->w, 0, a->w->w.rows, a->dst);
+}
+
 int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_err *err) {
-    dev(dst, (size_t)w->w.rows * w->w.cols * 4, "dequant dst");
-    sotto_wmat_dequantize_rows(&w->w, 0, w->w.rows, dst);
-    return SOTTO_OK;
+    dequant_args a = {w, dst};
+    return LAUNCH(run_dequant, a);
+}
+
+typedef struct bf16_args {
+    const sotto_cuda_wmat *w;
+    const float *x;
+    uint16_t *dst;
+    size_t n;
+} bf16_args;
+
+static void run_dequant_bf16(const void *p) {
+    const bf16_args *a = p;
+    size_t n = (size_t)a->w->w.rows * a->w->w.cols;
+    dev(a->dst, n * 2, "dequant_bf16 dst");
+    float *row = malloc(sizeof(float) * (size_t)a->w->w.cols);
+    if (!row) abort();
+    for (int r = 0; r < a->w->w.rows; r++) {
+        sotto_wmat_dequantize_rows(&a->w->w, r, 1, row);
+        for (int c = 0; c < a->w->w.cols; c++) a->dst[(size_t)r * a->w->w.cols + c] = sotto_f32_to_bf16(row[c]);
+    }
+    free(row);
+}
+
+int sotto_cuda_wmat_dequant_bf16(const sotto_cuda_wmat *w, uint16_t *dst, sotto_err *err) {
+    bf16_args a = {w, NULL, dst, 0};
+    return LAUNCH(run_dequant_bf16, a);
+}
+
+const uint16_t *sotto_cuda_wmat_bf16(const sotto_cuda_wmat *w) {
+    return w->w.fmt == SOTTO_WFMT_BF16 ? w->w.data : NULL;
+}
+
+static void run_to_bf16(const void *p) {
+    const bf16_args *a = p;
+    dev(a->x, a->n * 4, "f32_to_bf16 x");
+    dev(a->dst, a->n * 2, "f32_to_bf16 y");
+    for (size_t i = 0; i < a->n; i++) a->dst[i] = sotto_f32_to_bf16(a->x[i]);
+}
+
+int sotto_cuda_f32_to_bf16(const float *x, uint16_t *y, size_t n, sotto_err *err) {
+    if (!n) return SOTTO_OK;
+    bf16_args a = {NULL, x, y, n};
+    return LAUNCH(run_to_bf16, a);
+}
+
+typedef struct linear_args {
+    const sotto_cuda_wmat *w;
+    const float *bias, *x;
+    int n, acc;
+    float *y;
+} linear_args;
+
+static void run_linear(const void *p) {
+    const linear_args *a = p;
+    const sotto_wmat *w = &a->w->w;
+    dev(a->x, (size_t)a->n * w->cols * 4, "linear x");
+    dev(a->y, (size_t)a->n * w->rows * 4, "linear y");
+    if (a->bias) dev(a->bias, (size_t)w->rows * 4, "linear bias");
+    if (a->acc) sotto_linear_acc(w, a->bias, a->x, a->n, a->y);
+    else sotto_linear(w, a->bias, a->x, a->n, a->y);
 }
 
 int sotto_cuda_linear_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
                             sotto_err *err) {
     if (n <= 0) return SOTTO_OK;
-    dev(x, (size_t)n * w->w.cols * 4, "linear x");
-    dev(y, (size_t)n * w->w.rows * 4, "linear y");
-    if (bias) dev(bias, (size_t)w->w.rows * 4, "linear bias");
-    sotto_linear(&w->w, bias, x, n, y);
-    return SOTTO_OK;
+    linear_args a = {w, bias, x, n, 0, y};
+    return LAUNCH(run_linear, a);
+}
+
+int sotto_cuda_linear_acc_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
+                                sotto_err *err) {
+    if (n <= 0) return SOTTO_OK;
+    linear_args a = {w, bias, x, n, 1, y};
+    return LAUNCH(run_linear, a);
 }
 
 int sotto_cuda_linear(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
                       sotto_err *err) {
+    no_capture("sotto_cuda_linear (it waits)");
     return sotto_cuda_linear_async(w, bias, x, n, y, err);
 }
 
 /* ---- cuda_ops.h ------------------------------------------------------ */
 
+typedef struct ln_args {
+    const float *x, *gamma, *beta;
+    float *y;
+    int n, d;
+    float eps;
+} ln_args;
+
+static void run_ln(const void *p) {
+    const ln_args *a = p;
+    dev(a->x, span(a->n, a->d, a->d), "layer_norm x");
+    dev(a->y, span(a->n, a->d, a->d), "layer_norm y");
+    dev(a->gamma, span(1, a->d, a->d), "layer_norm gamma");
+    dev(a->beta, span(1, a->d, a->d), "layer_norm beta");
+    sotto_layer_norm(a->x, a->y, a->n, a->d, a->gamma, a->beta, a->eps);
+}
+
 int sotto_cuda_layer_norm(const float *x, float *y, int n, int d, const float *gamma, const float *beta,
                           float eps, sotto_err *err) {
-    dev(x, span(n, d, d), "layer_norm x");
-    dev(y, span(n, d, d), "layer_norm y");
-    dev(gamma, span(1, d, d), "layer_norm gamma");
-    dev(beta, span(1, d, d), "layer_norm beta");
-    sotto_layer_norm(x, y, n, d, gamma, beta, eps);
-    return SOTTO_OK;
+    if (n <= 0 || d <= 0) return SOTTO_OK;
+    ln_args a = {x, gamma, beta, y, n, d, eps};
+    return LAUNCH(run_ln, a);
+}
+
+typedef struct vec_args {
+    float *y;
+    const float *x;
+    size_t n;
+    int rows, d;
+} vec_args;
+
+static void run_gelu(const void *p) {
+    const vec_args *a = p;
+    dev(a->y, a->n * 4, "gelu");
+    sotto_gelu(a->y, a->n);
 }
 
 int sotto_cuda_gelu(float *x, size_t n, sotto_err *err) {
-    dev(x, n * 4, "gelu");
-    sotto_gelu(x, n);
-    return SOTTO_OK;
+    if (!n) return SOTTO_OK;
+    vec_args a = {x, NULL, n, 0, 0};
+    return LAUNCH(run_gelu, a);
+}
+
+static void run_softmax(const void *p) {
+    const vec_args *a = p;
+    dev(a->y, span(a->rows, a->d, a->d), "softmax");
+    sotto_softmax_rows(a->y, a->rows, a->d);
 }
 
 int sotto_cuda_softmax_rows(float *x, int n, int d, sotto_err *err) {
-    dev(x, span(n, d, d), "softmax");
-    sotto_softmax_rows(x, n, d);
-    return SOTTO_OK;
+    if (n <= 0 || d <= 0) return SOTTO_OK;
+    vec_args a = {x, NULL, 0, n, d};
+    return LAUNCH(run_softmax, a);
+}
+
+static void run_bias(const void *p) {
+    const vec_args *a = p;
+    dev(a->y, span(a->rows, a->d, a->d), "add_bias_rows x");
+    dev(a->x, span(1, a->d, a->d), "add_bias_rows b");
+    sotto_add_bias_rows(a->y, a->x, a->rows, a->d);
 }
 
 int sotto_cuda_add_bias_rows(float *x, const float *b, int n, int d, sotto_err *err) {
-    dev(x, span(n, d, d), "add_bias_rows x");
-    dev(b, span(1, d, d), "add_bias_rows b");
-    sotto_add_bias_rows(x, b, n, d);
-    return SOTTO_OK;
+    if (n <= 0 || d <= 0) return SOTTO_OK;
+    vec_args a = {x, b, 0, n, d};
+    return LAUNCH(run_bias, a);
+}
+
+static void run_add(const void *p) {
+    const vec_args *a = p;
+    dev(a->y, a->n * 4, "add y");
+    dev(a->x, a->n * 4, "add x");
+    for (size_t i = 0; i < a->n; i++) a->y[i] += a->x[i];
 }
 
 int sotto_cuda_add(float *y, const float *x, size_t n, sotto_err *err) {
-    dev(y, n * 4, "add y");
-    dev(x, n * 4, "add x");
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
-    return SOTTO_OK;
+    if (!n) return SOTTO_OK;
+    vec_args a = {y, x, n, 0, 0};
+    return LAUNCH(run_add, a);
+}
+
+typedef struct im2col_args {
+    const float *x;
+    float *cols;
+    int t_in, c_in, stride;
+} im2col_args;
+
+static void run_im2col(const void *p) {
+    const im2col_args *a = p;
+    const int t_out = (a->t_in - 1) / a->stride + 1, kc = a->c_in * 3;
+    dev(a->x, span(a->t_in, a->c_in, a->c_in), "im2col x");
+    dev(a->cols, span(t_out, kc, kc), "im2col cols");
+    for (int t = 0; t < t_out; t++)
+        for (int c = 0; c < a->c_in; c++)
+            for (int j = 0; j < 3; j++) {
+                int ti = t * a->stride - 1 + j;
+                a->cols[(size_t)t * kc + c * 3 + j] =
+                    ti < 0 || ti >= a->t_in ? 0.f : a->x[(size_t)ti * a->c_in + c];
+            }
 }
 
 int sotto_cuda_im2col_k3(const float *x, int t_in, int c_in, int stride, float *cols, sotto_err *err) {
     if (t_in <= 0 || c_in <= 0 || stride <= 0)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda im2col: t_in %d, c_in %d, stride %d", t_in, c_in, stride);
-    const int t_out = (t_in - 1) / stride + 1, kc = c_in * 3;
-    dev(x, span(t_in, c_in, c_in), "im2col x");
-    dev(cols, span(t_out, kc, kc), "im2col cols");
-    for (int t = 0; t < t_out; t++)
-        for (int c = 0; c < c_in; c++)
-            for (int j = 0; j < 3; j++) {
-                int ti = t * stride - 1 + j;
-                cols[(size_t)t * kc + c * 3 + j] = ti < 0 || ti >= t_in ? 0.f : x[(size_t)ti * c_in + c];
-            }
-    return SOTTO_OK;
+    im2col_args a = {x, cols, t_in, c_in, stride};
+    return LAUNCH(run_im2col, a);
 }
 
-static int attn_check(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
-                      const float *out, int out_stride, int nr, int n_kv, int n_head, int dh,
-                      sotto_err *err) {
-    if (n_kv <= 0 || dh <= 0 || dh > 256)
-        return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: n_kv %d, dh %d (1..256)", n_kv, dh);
-    dev(q, span(nr, q_stride, n_head * dh), "attention q");
-    dev(k, span(n_kv, kv_stride, n_head * dh), "attention k");
-    dev(v, span(n_kv, kv_stride, n_head * dh), "attention v");
-    dev(out, span(nr, out_stride, n_head * dh), "attention out");
-    return SOTTO_OK;
+typedef struct attn_args {
+    const float *q, *k, *v;
+    float *out;
+    int q_stride, kv_stride, out_stride, nr, n_kv, n_head, dh, q_pos0;
+    float scale;
+} attn_args;
+
+static void run_attention(const void *p) {
+    const attn_args *a = p;
+    dev(a->q, span(a->nr, a->q_stride, a->n_head * a->dh), "attention q");
+    dev(a->k, span(a->n_kv, a->kv_stride, a->n_head * a->dh), "attention k");
+    dev(a->v, span(a->n_kv, a->kv_stride, a->n_head * a->dh), "attention v");
+    dev(a->out, span(a->nr, a->out_stride, a->n_head * a->dh), "attention out");
+    if (a->q_pos0 >= 0) {
+        float *s = malloc(sizeof(float) * sotto_attention_scratch(a->nr, a->n_kv));
+        if (!s) abort();
+        sotto_attention(a->q, a->q_stride, a->k, a->v, a->kv_stride, a->out, a->out_stride, a->nr, a->n_kv,
+                        a->n_head, a->dh, a->scale, 1, a->q_pos0, s);
+        free(s);
+        return;
+    }
+    float *s = malloc(sizeof(float) * (size_t)a->nr * a->n_kv);
+    if (!s) abort();
+    for (int h = 0; h < a->n_head; h++)
+        sotto_attention_rows(a->q + h * a->dh, a->q_stride, a->k + h * a->dh, a->v + h * a->dh, a->kv_stride,
+                             a->out + h * a->dh, a->out_stride, a->nr, a->n_kv, a->dh, a->scale, s);
+    free(s);
 }
 
 int sotto_cuda_attention_rows(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
                               float *out, int out_stride, int nr, int n_kv, int n_head, int dh, float scale,
                               sotto_err *err) {
     if (nr <= 0 || n_head <= 0) return SOTTO_OK;
-    int rc = attn_check(q, q_stride, k, v, kv_stride, out, out_stride, nr, n_kv, n_head, dh, err);
-    if (rc) return rc;
-    float *s = malloc(sizeof(float) * (size_t)nr * n_kv);
-    if (!s) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
-    for (int h = 0; h < n_head; h++)
-        sotto_attention_rows(q + h * dh, q_stride, k + h * dh, v + h * dh, kv_stride, out + h * dh, out_stride,
-                             nr, n_kv, dh, scale, s);
-    free(s);
-    return SOTTO_OK;
+    if (n_kv <= 0 || dh <= 0 || dh > 256)
+        return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: n_kv %d, dh %d (1..256)", n_kv, dh);
+    attn_args a = {q, k, v, out, q_stride, kv_stride, out_stride, nr, n_kv, n_head, dh, -1, scale};
+    return LAUNCH(run_attention, a);
 }
 
 int sotto_cuda_attention_causal(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
@@ -399,11 +743,92 @@ int sotto_cuda_attention_causal(const float *q, int q_stride, const float *k, co
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda causal attention: %d keys for rows at %d..%d", n_kv,
                              q_pos0, q_pos0 + nr - 1);
     if (nr <= 0 || n_head <= 0) return SOTTO_OK;
-    int rc = attn_check(q, q_stride, k, v, kv_stride, out, out_stride, nr, n_kv, n_head, dh, err);
-    if (rc) return rc;
-    float *s = malloc(sizeof(float) * sotto_attention_scratch(nr, n_kv));
-    if (!s) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
-    sotto_attention(q, q_stride, k, v, kv_stride, out, out_stride, nr, n_kv, n_head, dh, scale, 1, q_pos0, s);
+    if (dh <= 0 || dh > 256) return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: dh %d (1..256)", dh);
+    attn_args a = {q, k, v, out, q_stride, kv_stride, out_stride, nr, n_kv, n_head, dh, q_pos0, scale};
+    return LAUNCH(run_attention, a);
+}
+
+/* ---- decoder steps driven by row metadata ------------------------------ */
+
+typedef struct meta_args {
+    const float *q, *k, *v; /* q, or k and v for kv_append */
+    float *out;
+    const sotto_cuda_row *rows;
+    int n, d, n_head, dh, layer, cross, max_kv;
+    float scale;
+} meta_args;
+
+static void run_kv_append(const void *p) {
+    const meta_args *a = p;
+    dev(a->rows, sizeof(sotto_cuda_row) * (size_t)a->n, "kv_append rows");
+    dev(a->k, (size_t)a->n * a->d * 4, "kv_append k");
+    dev(a->v, (size_t)a->n * a->d * 4, "kv_append v");
+    for (int i = 0; i < a->n; i++) {
+        const sotto_cuda_row *r = &a->rows[i];
+        float *kd = r->self_k + (size_t)a->layer * r->self_layer_stride + (size_t)r->pos * a->d;
+        float *vd = r->self_v + (size_t)a->layer * r->self_layer_stride + (size_t)r->pos * a->d;
+        dev(kd, (size_t)a->d * 4, "kv_append destination k");
+        dev(vd, (size_t)a->d * 4, "kv_append destination v");
+        memcpy(kd, a->k + (size_t)i * a->d, sizeof(float) * a->d);
+        memcpy(vd, a->v + (size_t)i * a->d, sizeof(float) * a->d);
+    }
+}
+
+int sotto_cuda_kv_append(const float *k, const float *v, int n, int d, const sotto_cuda_row *rows, int layer,
+                         sotto_err *err) {
+    if (n <= 0) return SOTTO_OK;
+    meta_args a = {NULL, k, v, NULL, rows, n, d, 0, 0, layer, 0, 0, 0.f};
+    return LAUNCH(run_kv_append, a);
+}
+
+static void run_attention_meta(const void *p) {
+    const meta_args *a = p;
+    dev(a->rows, sizeof(sotto_cuda_row) * (size_t)a->n, "attention rows");
+    float *s = malloc(sizeof(float) * (size_t)a->max_kv);
+    if (!s) abort();
+    for (int i = 0; i < a->n; i++) {
+        const sotto_cuda_row *r = &a->rows[i];
+        const float *k, *v;
+        int n_kv;
+        if (a->cross) {
+            k = r->cross_k + (size_t)a->layer * r->cross_layer_stride;
+            v = r->cross_v + (size_t)a->layer * r->cross_layer_stride;
+            n_kv = a->max_kv;
+        } else {
+            k = r->self_k + (size_t)a->layer * r->self_layer_stride;
+            v = r->self_v + (size_t)a->layer * r->self_layer_stride;
+            n_kv = r->pos + 1;
+            if (n_kv > a->max_kv) {
+                fprintf(stderr, "cuda_emu: row %d attends to %d keys, over max_kv %d\n", i, n_kv, a->max_kv);
+                abort();
+            }
+        }
+        dev(k, span(n_kv, a->d, a->d), "attention k (row)");
+        dev(v, span(n_kv, a->d, a->d), "attention v (row)");
+        dev(a->q + (size_t)i * a->d, (size_t)a->d * 4, "attention q (row)");
+        dev(a->out + (size_t)i * a->d, (size_t)a->d * 4, "attention out (row)");
+        for (int h = 0; h < a->n_head; h++)
+            sotto_attention_rows(a->q + (size_t)i * a->d + h * a->dh, a->d, k + h * a->dh, v + h * a->dh, a->d,
+                                 a->out + (size_t)i * a->d + h * a->dh, a->d, 1, n_kv, a->dh, a->scale, s);
+    }
     free(s);
-    return SOTTO_OK;
+}
+
+static int attention_meta(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
+                          int layer, int cross, int max_kv, float scale, sotto_err *err) {
+    if (n <= 0 || n_head <= 0) return SOTTO_OK;
+    if (max_kv <= 0 || dh <= 0 || dh > 256)
+        return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: %d keys, dh %d (1..256)", max_kv, dh);
+    meta_args a = {q, NULL, NULL, out, rows, n, n_head * dh, n_head, dh, layer, cross, max_kv, scale};
+    return LAUNCH(run_attention_meta, a);
+}
+
+int sotto_cuda_attention_self(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
+                              int layer, int max_kv, float scale, sotto_err *err) {
+    return attention_meta(q, out, n, n_head, dh, rows, layer, 0, max_kv, scale, err);
+}
+
+int sotto_cuda_attention_cross(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
+                               int layer, int n_kv, float scale, sotto_err *err) {
+    return attention_meta(q, out, n, n_head, dh, rows, layer, 1, n_kv, scale, err);
 }

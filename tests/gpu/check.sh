@@ -82,6 +82,11 @@ ldd "$B/test_device" | grep -q "not found" && { ldd "$B/test_device"; echo "libr
 echo "== test_device: the engine on the GPU vs the CPU (tiny.en, every format)"
 "$B/test_device" 2>&1 | grep -v ' info ' | tee "$out/test_device.txt" || fail=1
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
+echo "== test_device: bf16 GEMMs (f32, nf4), and the step without graphs (f32, nvfp4)"
+SOTTO_CUDA_GEMM=bf16 "$B/test_device" f32 nf4 >"$out/test_device_bf16gemm.txt" 2>&1 || fail=1
+tail -1 "$out/test_device_bf16gemm.txt"
+SOTTO_CUDA_GRAPHS=0 "$B/test_device" f32 nvfp4 >"$out/test_device_nographs.txt" 2>&1 || fail=1
+tail -1 "$out/test_device_nographs.txt"
 
 echo "== dev clips: GPU vs CPU transcripts (beam 5)"
 {
@@ -106,18 +111,26 @@ grep -q '| ALL |' "$out/clips.md" && fail=1
 echo "== timings: tiny.en (real weights)"
 : >"$out/engine_tiny.md"
 "$B/bench_engine" --model "$src/models/tiny.en" --device cpu --weights f32 --streams "$STREAMS" --steps "$STEPS" 2>/dev/null | tee -a "$out/engine_tiny.md" || fail=1
+bench() { # env... -- bench_engine args...
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" "$B/bench_engine" --streams "$STREAMS" --steps "$STEPS" --reps "$REPS" "$@" 2>/dev/null
+}
 for w in f32 bf16 nf4 nvfp4; do
-  "$B/bench_engine" --model "$src/models/tiny.en" --device cuda --weights "$w" --streams "$STREAMS" --steps "$STEPS" --reps "$REPS" 2>/dev/null \
-    | tee -a "$out/engine_tiny.md" || fail=1
+  bench -- --model "$src/models/tiny.en" --device cuda --weights "$w" | tee -a "$out/engine_tiny.md" || fail=1
 done
+bench SOTTO_CUDA_GRAPHS=0 -- --model "$src/models/tiny.en" --device cuda --weights nf4 | tee -a "$out/engine_tiny.md" || fail=1
+bench SOTTO_CUDA_GEMM=bf16 -- --model "$src/models/tiny.en" --device cuda --weights nf4 | tee -a "$out/engine_tiny.md" || fail=1
 
 echo "== timings: large-v3-turbo shapes (synthetic random weights)"
 if python3 tests/gpu/make_synthetic.py /tmp/turbo --tokenizer-from "$src/models/tiny.en"; then
   : >"$out/engine_turbo.md"
   for w in bf16 nf4 nvfp4; do
-    timeout 300 "$B/bench_engine" --model /tmp/turbo --synthetic --device cuda --weights "$w" --streams "$STREAMS" --steps "$STEPS" --reps "$REPS" 2>/dev/null \
-      | tee -a "$out/engine_turbo.md" || fail=1
+    bench SOTTO_CUDA_GEMM=bf16 -- --model /tmp/turbo --synthetic --device cuda --weights "$w" | tee -a "$out/engine_turbo.md" || fail=1
   done
+  bench -- --model /tmp/turbo --synthetic --device cuda --weights bf16 | tee -a "$out/engine_turbo.md" || fail=1
+  bench SOTTO_CUDA_GEMM=bf16 SOTTO_CUDA_GRAPHS=0 -- --model /tmp/turbo --synthetic --device cuda --weights nf4 | tee -a "$out/engine_turbo.md" || fail=1
 else
   echo "make_synthetic.py failed"; fail=1
 fi

@@ -27,7 +27,6 @@ die() { echo "pack: $*" >&2; exit 1; }
 [ -f models/tiny.en/model.bin ] || die "models/tiny.en is missing (scripts/setup.sh fetches it)"
 [ -f "$manifest" ] || die "no manifest at $manifest"
 
-
 build=$root/build-gpu-pack
 conf=$(cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSOTTO_NATIVE=OFF -DSOTTO_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90) || die "cmake failed"
