@@ -45,6 +45,29 @@ static int check_count_ = 0;
 #define CHECK_STR(a, b)                                                             \
     CHECK_MSG(strcmp((a), (b)) == 0, "\"%s\" != \"%s\"", (a), (b))
 
+/* max |a - b| / max |b|: an error relative to the reference's scale, so that
+ * tiny entries of b do not dominate. */
+static inline double check_rel_err(const float *a, const double *b, size_t n) {
+    double num = 0, den = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        num = d > num ? d : num;
+        den = fabs(b[i]) > den ? fabs(b[i]) : den;
+    }
+    return num / den;
+}
+
+/* The same against a float reference. */
+static inline double check_rel_err_f(const float *a, const float *b, size_t n) {
+    double num = 0, den = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        num = d > num ? d : num;
+        den = fabs(b[i]) > den ? fabs(b[i]) : den;
+    }
+    return num / den;
+}
+
 static inline int check_report(void) {
     if (check_count_ == 0) {
         fprintf(stderr, "no checks ran\n");

@@ -36,17 +36,6 @@ static char g_model[4096], g_wav[4096];
  * output moves more and the logits a little (transcripts must still agree) */
 static double g_tol_enc = 2e-3, g_tol_logits = 2e-3;
 
-/* max |a - b| / max |b| */
-static double max_rel(const float *a, const float *b, size_t n) {
-    double num = 0, den = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        num = d > num ? d : num;
-        den = fabs(b[i]) > den ? fabs(b[i]) : den;
-    }
-    return num / den;
-}
-
 static int argmax(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
@@ -156,12 +145,12 @@ static void compare(const char *fmt, const sotto_model *c, const sotto_model *g,
     CHECK(sotto_encode(c, wc, c0, w0, &err) == 0);
     CHECK(sotto_encode(c, wc, c1, w1, &err) == 0);
     CHECK_MSG(sotto_encode(g, wg, g1, w0, &err) == 0, "%s", err.msg);
-    double e_one = max_rel(sotto_state_encoder_output(g1), sotto_state_encoder_output(c0), ne);
+    double e_one = check_rel_err_f(sotto_state_encoder_output(g1), sotto_state_encoder_output(c0), ne);
     sotto_state *gb[2] = {g0, g1};
     const float *wb[2] = {w0, w1};
     CHECK_MSG(sotto_encode_batch(g, wg, gb, wb, 2, &err) == 0, "%s", err.msg);
-    double e_b0 = max_rel(sotto_state_encoder_output(g0), sotto_state_encoder_output(c0), ne);
-    double e_b1 = max_rel(sotto_state_encoder_output(g1), sotto_state_encoder_output(c1), ne);
+    double e_b0 = check_rel_err_f(sotto_state_encoder_output(g0), sotto_state_encoder_output(c0), ne);
+    double e_b1 = check_rel_err_f(sotto_state_encoder_output(g1), sotto_state_encoder_output(c1), ne);
     printf("%-6s encoder max rel error: one window %.2e, batch %.2e %.2e\n", fmt, e_one, e_b0, e_b1);
     CHECK_MSG(e_one < g_tol_enc && e_b0 < g_tol_enc && e_b1 < g_tol_enc, "%s: encoder %.3g %.3g %.3g", fmt, e_one,
               e_b0, e_b1);
@@ -172,10 +161,10 @@ static void compare(const char *fmt, const sotto_model *c, const sotto_model *g,
     int np = sp->no_timestamps >= 0 ? 6 : 5;
     CHECK(sotto_decode_tokens(c, wc, c0, 0, prompt, np, want, np, lc, &err) == 0);
     CHECK_MSG(sotto_decode_tokens(g, wg, g0, 0, prompt, np, want, np, lg, &err) == 0, "%s", err.msg);
-    double e_prompt = max_rel(lg, lc, (size_t)np * V);
+    double e_prompt = check_rel_err_f(lg, lc, (size_t)np * V);
     CHECK(sotto_decode_tokens(c, wc, c1, 0, prompt, np, want + np - 1, 1, lc, &err) == 0);
     CHECK(sotto_decode_tokens(g, wg, g1, 0, prompt, np, want + np - 1, 1, lg, &err) == 0);
-    e_prompt = fmax(e_prompt, max_rel(lg, lc, (size_t)V));
+    e_prompt = fmax(e_prompt, check_rel_err_f(lg, lc, (size_t)V));
 
     /* beams: seq 1 of each state a copy of seq 0, then steps of 3 rows
      * (state 0 seqs 0 and 1, state 1 seq 0), tokens chosen on the CPU */
@@ -190,7 +179,7 @@ static void compare(const char *fmt, const sotto_model *c, const sotto_model *g,
     for (int s = 0; s < steps; s++) {
         CHECK(sotto_decode_step(c, wc, cs, seqs, toks, 3, lc, &err) == 0);
         CHECK_MSG(sotto_decode_step(g, wg, gs, seqs, toks, 3, lg, &err) == 0, "%s", err.msg);
-        e_step = fmax(e_step, max_rel(lg, lc, (size_t)3 * V));
+        e_step = fmax(e_step, check_rel_err_f(lg, lc, (size_t)3 * V));
         for (int r = 0; r < 3; r++) {
             agree += argmax(lg + (size_t)r * V, V) == argmax(lc + (size_t)r * V, V);
             toks[r] = argmax(lc + (size_t)r * V, V);

@@ -15,16 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double max_rel(const float *a, const float *b, size_t n) {
-    double num = 0, den = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        num = d > num ? d : num;
-        den = fabs(b[i]) > den ? fabs(b[i]) : den;
-    }
-    return num / den;
-}
-
 static float *synthetic_window(const sotto_model *m) {
     const sotto_hparams *hp = sotto_model_hparams(m);
     size_t n = SOTTO_N_SAMPLES / 3; /* 10 s of a chirp with harmonics */
@@ -68,7 +58,7 @@ static void test_decoder_consistency(const sotto_model *m, const float *win) {
         int seq = 2;
         CHECK(sotto_decode_step(m, ws, sts, &seq, &toks[i], 1, ls + (size_t)i * V, &err) == 0);
     }
-    double e = max_rel(ls, lp, (size_t)V * 5);
+    double e = check_rel_err_f(ls, lp, (size_t)V * 5);
     CHECK_MSG(e < 1e-4, "prompt vs steps: %g", e);
 
     /* batched: rows (a,0), (b,2), (a,1) after copying a0 -> a1 */
@@ -80,8 +70,8 @@ static void test_decoder_consistency(const sotto_model *m, const float *win) {
     int32_t nt[3] = {220, 220, 764};
     float *lb = malloc(sizeof(float) * V * 3);
     CHECK(sotto_decode_step(m, ws, sts, seqs, nt, 3, lb, &err) == 0);
-    CHECK_MSG(max_rel(lb, lb + V, V) < 1e-4, "same history + token, different state: %g",
-              max_rel(lb, lb + V, V));
+    CHECK_MSG(check_rel_err_f(lb, lb + V, V) < 1e-4, "same history + token, different state: %g",
+              check_rel_err_f(lb, lb + V, V));
     /* single steps from the same histories */
     sotto_state_seq_truncate(a, 0, 5);
     sotto_state_seq_truncate(a, 1, 5);
@@ -89,7 +79,7 @@ static void test_decoder_consistency(const sotto_model *m, const float *win) {
     sotto_state *one[1] = {a};
     int s1 = 1;
     CHECK(sotto_decode_step(m, ws, one, &s1, &nt[2], 1, l1, &err) == 0);
-    CHECK_MSG(max_rel(l1, lb + 2 * V, V) < 1e-4, "batched vs single: %g", max_rel(l1, lb + 2 * V, V));
+    CHECK_MSG(check_rel_err_f(l1, lb + 2 * V, V) < 1e-4, "batched vs single: %g", check_rel_err_f(l1, lb + 2 * V, V));
     /* a row may not appear twice */
     sotto_state *dup[2] = {a, a};
     int dseq[2] = {0, 0};
@@ -123,7 +113,7 @@ static void test_threads(const sotto_model *m, const float *win) {
     CHECK(sotto_encode(m, ws, a, win, &err) == 0);
     sotto_threads_set(2);
     CHECK(sotto_encode(m, ws, b, win, &err) == 0);
-    double e = max_rel(sotto_state_encoder_output(a), sotto_state_encoder_output(b), n);
+    double e = check_rel_err_f(sotto_state_encoder_output(a), sotto_state_encoder_output(b), n);
     CHECK_MSG(e < 1e-5, "encoder 1 vs 2 threads: %g", e);
     sotto_state_free(a);
     sotto_state_free(b);
@@ -156,16 +146,16 @@ static void test_encode_batch(const sotto_model *m, const float *win) {
     const int V = hp->n_vocab;
     float *la = malloc(sizeof(float) * V * 3), *lb = malloc(sizeof(float) * V * 3);
     for (int i = 0; i < 3; i++) {
-        double e = max_rel(sotto_state_encoder_output(bat[i]), sotto_state_encoder_output(one[i]), n);
+        double e = check_rel_err_f(sotto_state_encoder_output(bat[i]), sotto_state_encoder_output(one[i]), n);
         /* more GEMM rows: another blocking, another summation order (~2e-5 seen) */
         CHECK_MSG(e < 1e-4, "window %d: batched vs single encoder output: %g", i, e);
         CHECK(sotto_decode_tokens(m, ws, one[i], 0, toks, 3, want, 3, la, &err) == 0);
         CHECK(sotto_decode_tokens(m, ws, bat[i], 0, toks, 3, want, 3, lb, &err) == 0);
-        e = max_rel(lb, la, (size_t)V * 3);
+        e = check_rel_err_f(lb, la, (size_t)V * 3);
         CHECK_MSG(e < 1e-4, "window %d: logits after a batched vs single encode: %g", i, e);
     }
     /* the windows really differ (the batch did not just repeat one) */
-    CHECK(max_rel(sotto_state_encoder_output(bat[1]), sotto_state_encoder_output(bat[0]), n) > 1e-2);
+    CHECK(check_rel_err_f(sotto_state_encoder_output(bat[1]), sotto_state_encoder_output(bat[0]), n) > 1e-2);
     sotto_state *dup[2] = {bat[0], bat[0]};
     CHECK(sotto_encode_batch(m, ws, dup, mels, 2, &err) == SOTTO_E_INVALID);
     CHECK(sotto_encode_batch(m, ws, bat, mels, 0, &err) == SOTTO_E_INVALID);

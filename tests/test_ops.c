@@ -24,17 +24,6 @@ static float *rand_vec(size_t n, float scale) {
     return v;
 }
 
-/* max |a - b| / (max |b| + tiny) */
-static double rel_err(const float *a, const double *b, size_t n) {
-    double num = 0, den = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        num = d > num ? d : num;
-        den = fabs(b[i]) > den ? fabs(b[i]) : den;
-    }
-    return num / den;
-}
-
 static void test_linear(void) {
     const int shapes[][2] = {{1, 1}, {7, 13}, {33, 65}, {64, 16}, {384, 384}, {100, 1537}, {5, 3000}};
     const int ns[] = {1, 2, 3, 5, 16, 17, 40};
@@ -55,12 +44,12 @@ static void test_linear(void) {
                     ref[(size_t)r * rows + j] = s;
                 }
             sotto_linear(&w, b, x, n, y);
-            double e = rel_err(y, ref, (size_t)n * rows);
+            double e = check_rel_err(y, ref, (size_t)n * rows);
             CHECK_MSG(e < 2e-6, "linear %dx%d n=%d: rel err %g", rows, cols, n, e);
             /* accumulate variant: y0 + W x + b */
             for (int i = 0; i < n * rows; i++) ref[i] += y0[i];
             sotto_linear_acc(&w, b, x, n, y0);
-            e = rel_err(y0, ref, (size_t)n * rows);
+            e = check_rel_err(y0, ref, (size_t)n * rows);
             CHECK_MSG(e < 2e-6, "linear_acc %dx%d n=%d: rel err %g", rows, cols, n, e);
             free(x), free(y), free(y0), free(ref);
         }
@@ -122,7 +111,7 @@ static void test_elementwise(void) {
                     ref[(size_t)r * d + i] = (x[(size_t)r * d + i] - m) / sqrt(v + 1e-5) * g[i] + be[i];
             }
             sotto_layer_norm(x, y, n, d, g, be, 1e-5f);
-            double e = rel_err(y, ref, sz);
+            double e = check_rel_err(y, ref, sz);
             CHECK_MSG(e < 1e-5, "layer_norm n=%d d=%d: %g", n, d, e);
             /* GELU */
             for (size_t i = 0; i < sz; i++) {
@@ -130,7 +119,7 @@ static void test_elementwise(void) {
                 ref[i] = 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
             }
             sotto_gelu(y, sz);
-            e = rel_err(y, ref, sz);
+            e = check_rel_err(y, ref, sz);
             CHECK_MSG(e < 1e-6, "gelu n=%d d=%d: %g", n, d, e);
             /* softmax, with a masked entry */
             for (size_t i = 0; i < sz; i++) y[i] = x[i];
@@ -142,7 +131,7 @@ static void test_elementwise(void) {
                 for (int i = 0; i < d; i++) ref[(size_t)r * d + i] = exp(y[(size_t)r * d + i] - m) / s;
             }
             sotto_softmax_rows(y, n, d);
-            e = rel_err(y, ref, sz);
+            e = check_rel_err(y, ref, sz);
             CHECK_MSG(e < 5e-6, "softmax n=%d d=%d: %g", n, d, e); /* float sum over d terms */
             if (d > 1) CHECK(y[1] == 0.0f);
             free(x), free(g), free(be), free(y), free(ref);
@@ -195,7 +184,7 @@ static void test_attention(void) {
         float scale = 1.0f / sqrtf((float)dh);
         naive_attention(q, k, v, n_q, n_kv, H, dh, scale, causal, p0, ref);
         sotto_attention(q, d, k, v, d, o, d, n_q, n_kv, H, dh, scale, causal, p0, scratch);
-        double e = rel_err(o, ref, (size_t)n_q * d);
+        double e = check_rel_err(o, ref, (size_t)n_q * d);
         CHECK_MSG(e < 1e-5, "attention case %zu: %g", ci, e);
         free(q), free(k), free(v), free(o), free(scratch), free(ref);
     }
@@ -248,7 +237,7 @@ static void test_conv(void) {
                 ref[(size_t)t * c_out + o] = s;
             }
         sotto_conv1d_k3(x, t_in, c_in, w, b, c_out, stride, y, cols);
-        double e = rel_err(y, ref, (size_t)t_out * c_out);
+        double e = check_rel_err(y, ref, (size_t)t_out * c_out);
         CHECK_MSG(e < 2e-6, "conv case %zu: %g", ci, e);
         free(x), free(w), free(b), free(y), free(cols), free(ref);
     }

@@ -720,21 +720,10 @@ static void test_reference_vectors(void) {
 
 /* ---- kernels --------------------------------------------------------------------------------- */
 
-/* max |a - b| / max |b| */
-static double rel_err(const float *a, const double *b, size_t n) {
-    double num = 0, den = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        num = d > num ? d : num;
-        den = fabs(b[i]) > den ? fabs(b[i]) : den;
-    }
-    return num / den;
-}
-
 static double rel_err_f(const float *a, const float *b, size_t n) {
     double *bd = malloc(sizeof(double) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) bd[i] = b[i];
-    double e = rel_err(a, bd, n);
+    double e = check_rel_err(a, bd, n);
     free(bd);
     return e;
 }
