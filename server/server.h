@@ -176,6 +176,7 @@ typedef struct srv_session {
     double pass_due_since;    /* when a pass became due (for latency metrics) */
     int language_detected;    /* "auto" resolved on the first pass */
     uint64_t final_samples_seen;
+    int engine_failures;      /* passes in a row the engine could not run (worker) */
     uint64_t dropped_samples_seen; /* samples_dropped already added to the metric */
 
     /* events (session lock) */

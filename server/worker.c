@@ -218,6 +218,23 @@ static void finish_if_done_locked(srv *s, srv_session *ss) {
     ss->closing = 1;
 }
 
+/* Passes in a row that the engine may fail for a session (out of memory on
+ * the GPU, say) before the session ends with a fatal engine_failed error
+ * instead of waiting for passes that never run. */
+#define ENGINE_RETRIES 3
+
+/* Called without ss->lock: one more failed pass, or (ok) a pass that ran. */
+static void engine_result(srv *s, srv_session *ss, int ok, const char *why) {
+    pthread_mutex_lock(&ss->lock);
+    int n = ok ? (ss->engine_failures = 0) : ++ss->engine_failures;
+    pthread_mutex_unlock(&ss->lock);
+    if (n == ENGINE_RETRIES) {
+        char msg[sizeof(((sotto_err *)0)->msg) + 64];
+        snprintf(msg, sizeof msg, "the engine failed %d passes in a row: %s", n, why);
+        srv_session_error(s, ss, "engine_failed", msg, 1);
+    }
+}
+
 static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **batch, int n) {
     const sotto_model *m = sm->model;
     const int nm = sotto_model_hparams(m)->n_mels;
@@ -228,10 +245,16 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
     /* one decoder state per batch slot, kept with the model */
     if (sm->n_states < n) {
         sotto_state **ns = realloc(sm->states, sizeof *ns * (size_t)n);
+        if (!ns) sotto_err_set(&err, SOTTO_E_NOMEM, "out of memory for decoder states");
         if (ns) {
             sm->states = ns;
             while (sm->n_states < n && (ns[sm->n_states] = sotto_state_create(m, 1, &err)))
                 sm->n_states++;
+        }
+        /* sessions without a state this round: a failed pass each */
+        for (int i = sm->n_states; i < n; i++) {
+            SOTTO_WARN("no decoder state for a session: %s", err.msg);
+            engine_result(s, batch[i], 0, err.msg);
         }
     }
     double t_enc = srv_now();
@@ -267,7 +290,10 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
     const float *mels[MAX_BATCH];
     for (int i = 0; i < nc; i++) sts[i] = sm->states[i], mels[i] = ctx[i].win;
     int erc = nc ? sotto_encode_batch(m, ws, sts, mels, nc, &err) : SOTTO_OK;
-    if (erc) SOTTO_WARN("encoder batch of %d failed: %s", nc, err.msg);
+    if (erc) {
+        SOTTO_WARN("encoder batch of %d failed: %s", nc, err.msg);
+        for (int i = 0; i < nc; i++) engine_result(s, ctx[i].ss, 0, err.msg);
+    }
     /* 3: language detection where needed, prompts, decoding jobs */
     for (int i = 0; i < nc; i++) {
         job_ctx *c = &ctx[i];
@@ -328,6 +354,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         job_ctx *c = &ctx[i];
         srv_session *ss = c->ss;
         sotto_generate_result *r = &jobs[i].res;
+        engine_result(s, ss, !(brc || jobs[i].status), brc ? err.msg : "the decoder failed");
         pthread_mutex_lock(&ss->lock);
         if (brc || jobs[i].status) {
             sotto_dictation_abandon_pass(ss->dict, c->pass->id);

@@ -74,6 +74,11 @@ extern "C" int sotto__cuda_set_tables(const float *t, sotto_err *err) {
 extern "C" void *sotto_cuda_malloc(size_t bytes, sotto_err *err) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); // not sticky: clear it
+        sotto_err_set(err, SOTTO_E_NOMEM, "GPU out of memory allocating %.1f MiB", bytes / 1048576.0);
+        return NULL;
+    }
     if (e != cudaSuccess) {
         cuda_fail(err, e, "cudaMalloc");
         return NULL;
@@ -118,6 +123,24 @@ extern "C" void sotto_cuda_wmat_free(sotto_cuda_wmat *w) {
 }
 
 extern "C" size_t sotto_cuda_wmat_bytes(const sotto_cuda_wmat *w) { return w ? w->bytes : 0; }
+
+// Calls f.template run<FMT, VEC>() for a format (VEC: cols % 8 == 0, which
+// the block formats always are); false for an unknown format.
+template <class F> static bool by_format(sotto_wfmt fmt, bool vec, F &&f) {
+    switch (fmt) {
+    case SOTTO_WFMT_F32: vec ? f.template run<SOTTO_WFMT_F32, true>() : f.template run<SOTTO_WFMT_F32, false>(); return true;
+    case SOTTO_WFMT_BF16: vec ? f.template run<SOTTO_WFMT_BF16, true>() : f.template run<SOTTO_WFMT_BF16, false>(); return true;
+    case SOTTO_WFMT_Q8: f.template run<SOTTO_WFMT_Q8, true>(); return true;
+    case SOTTO_WFMT_NF4: f.template run<SOTTO_WFMT_NF4, true>(); return true;
+    case SOTTO_WFMT_NVFP4: f.template run<SOTTO_WFMT_NVFP4, true>(); return true;
+    default: return false;
+    }
+}
+
+static int launched(const char *what, sotto_err *err) {
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, what);
+}
 
 // ---- decoding 8 consecutive weights (g: element index, a multiple of 8) ----------------
 
@@ -228,28 +251,22 @@ __global__ void __launch_bounds__(256) skinny(WDev w, const float *__restrict__ 
     }
 }
 
+struct SkinnyLaunch {
+    WDev d;
+    const float *x, *bias;
+    float *y;
+    int n, acc;
+    dim3 grid;
+    template <int FMT, bool VEC> void run() { skinny<FMT, VEC><<<grid, 256, 0, S()>>>(d, x, n, bias, y, acc); }
+};
+
 static int linear_launch(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y, int acc,
                          sotto_err *err) {
     if (n <= 0) return SOTTO_OK;
-    WDev d = {w->data, w->scales, w->rows, w->cols, w->global_scale};
-    dim3 block(256), grid((unsigned)((w->rows + 7) / 8));
-    const bool vec = w->cols % 8 == 0;
-    switch (w->fmt) {
-    case SOTTO_WFMT_F32:
-        if (vec) skinny<SOTTO_WFMT_F32, true><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc);
-        else skinny<SOTTO_WFMT_F32, false><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc);
-        break;
-    case SOTTO_WFMT_BF16:
-        if (vec) skinny<SOTTO_WFMT_BF16, true><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc);
-        else skinny<SOTTO_WFMT_BF16, false><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc);
-        break;
-    case SOTTO_WFMT_Q8: skinny<SOTTO_WFMT_Q8, true><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc); break;
-    case SOTTO_WFMT_NF4: skinny<SOTTO_WFMT_NF4, true><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc); break;
-    case SOTTO_WFMT_NVFP4: skinny<SOTTO_WFMT_NVFP4, true><<<grid, block, 0, S()>>>(d, x, n, bias, y, acc); break;
-    default: return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
-    }
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "kernel launch");
+    SkinnyLaunch l = {{w->data, w->scales, w->rows, w->cols, w->global_scale}, x, bias, y, n, acc,
+                      dim3((unsigned)((w->rows + 7) / 8))};
+    if (!by_format(w->fmt, w->cols % 8 == 0, l)) return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
+    return launched("kernel launch", err);
 }
 
 // One thread per 8 weights (cols % 8 == 0) or per weight.
@@ -313,33 +330,11 @@ static unsigned grid_for(size_t work) {
     return (unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g);
 }
 
-extern "C" int sotto_cuda_wmat_dequant_bf16(const sotto_cuda_wmat *w, uint16_t *dst, sotto_err *err) {
-    WDev d = {w->data, w->scales, w->rows, w->cols, w->global_scale};
-    const bool vec = w->cols % 8 == 0;
-    dim3 block(256), grid(grid_for((size_t)w->rows * w->cols / (vec ? 8 : 1)));
-    switch (w->fmt) {
-    case SOTTO_WFMT_F32:
-        if (vec) dequant_bf16_k<SOTTO_WFMT_F32, true><<<grid, block, 0, S()>>>(d, dst);
-        else dequant_bf16_k<SOTTO_WFMT_F32, false><<<grid, block, 0, S()>>>(d, dst);
-        break;
-    case SOTTO_WFMT_BF16:
-        if (vec) dequant_bf16_k<SOTTO_WFMT_BF16, true><<<grid, block, 0, S()>>>(d, dst);
-        else dequant_bf16_k<SOTTO_WFMT_BF16, false><<<grid, block, 0, S()>>>(d, dst);
-        break;
-    case SOTTO_WFMT_Q8: dequant_bf16_k<SOTTO_WFMT_Q8, true><<<grid, block, 0, S()>>>(d, dst); break;
-    case SOTTO_WFMT_NF4: dequant_bf16_k<SOTTO_WFMT_NF4, true><<<grid, block, 0, S()>>>(d, dst); break;
-    case SOTTO_WFMT_NVFP4: dequant_bf16_k<SOTTO_WFMT_NVFP4, true><<<grid, block, 0, S()>>>(d, dst); break;
-    default: return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
-    }
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "dequant_bf16 launch");
-}
 
 extern "C" int sotto_cuda_f32_to_bf16(const float *x, uint16_t *y, size_t n, sotto_err *err) {
     if (!n) return SOTTO_OK;
     f32_to_bf16_k<<<grid_for(n), 256, 0, S()>>>(x, y, n);
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "f32_to_bf16 launch");
+    return launched("f32_to_bf16 launch", err);
 }
 
 extern "C" const uint16_t *sotto_cuda_wmat_bf16(const sotto_cuda_wmat *w) {
@@ -353,28 +348,36 @@ extern "C" const float *sotto_cuda_wmat_f32(const sotto_cuda_wmat *w) {
     return w->fmt == SOTTO_WFMT_F32 ? (const float *)w->data : NULL;
 }
 
-extern "C" int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_err *err) {
-    WDev d = {w->data, w->scales, w->rows, w->cols, w->global_scale};
+template <typename T> struct DequantLaunch; // T: float, or uint16_t for bf16
+
+template <> struct DequantLaunch<float> {
+    WDev d;
+    float *dst;
+    dim3 grid;
+    template <int FMT, bool VEC> void run() { dequant_k<FMT, VEC><<<grid, 256, 0, S()>>>(d, dst); }
+};
+
+template <> struct DequantLaunch<uint16_t> {
+    WDev d;
+    uint16_t *dst;
+    dim3 grid;
+    template <int FMT, bool VEC> void run() { dequant_bf16_k<FMT, VEC><<<grid, 256, 0, S()>>>(d, dst); }
+};
+
+template <typename T> static int dequant_launch(const sotto_cuda_wmat *w, T *dst, sotto_err *err) {
     const bool vec = w->cols % 8 == 0;
-    size_t work = (size_t)w->rows * w->cols / (vec ? 8 : 1);
-    size_t g = (work + 255) / 256;
-    dim3 block(256), grid((unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g));
-    switch (w->fmt) {
-    case SOTTO_WFMT_F32:
-        if (vec) dequant_k<SOTTO_WFMT_F32, true><<<grid, block, 0, S()>>>(d, dst);
-        else dequant_k<SOTTO_WFMT_F32, false><<<grid, block, 0, S()>>>(d, dst);
-        break;
-    case SOTTO_WFMT_BF16:
-        if (vec) dequant_k<SOTTO_WFMT_BF16, true><<<grid, block, 0, S()>>>(d, dst);
-        else dequant_k<SOTTO_WFMT_BF16, false><<<grid, block, 0, S()>>>(d, dst);
-        break;
-    case SOTTO_WFMT_Q8: dequant_k<SOTTO_WFMT_Q8, true><<<grid, block, 0, S()>>>(d, dst); break;
-    case SOTTO_WFMT_NF4: dequant_k<SOTTO_WFMT_NF4, true><<<grid, block, 0, S()>>>(d, dst); break;
-    case SOTTO_WFMT_NVFP4: dequant_k<SOTTO_WFMT_NVFP4, true><<<grid, block, 0, S()>>>(d, dst); break;
-    default: return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
-    }
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "dequant launch");
+    DequantLaunch<T> l = {{w->data, w->scales, w->rows, w->cols, w->global_scale}, dst,
+                          dim3(grid_for((size_t)w->rows * w->cols / (vec ? 8 : 1)))};
+    if (!by_format(w->fmt, vec, l)) return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
+    return launched("dequant launch", err);
+}
+
+extern "C" int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_err *err) {
+    return dequant_launch(w, dst, err);
+}
+
+extern "C" int sotto_cuda_wmat_dequant_bf16(const sotto_cuda_wmat *w, uint16_t *dst, sotto_err *err) {
+    return dequant_launch(w, dst, err);
 }
 
 extern "C" int sotto_cuda_linear_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n,

@@ -136,7 +136,25 @@ static int launch(emu_fn fn, const void *args, size_t size) {
 void sotto_cuda_set_stream(void *stream) { tl_stream = stream; }
 void *sotto_cuda_get_stream(void) { return tl_stream; }
 
+/* SOTTO_EMU_VRAM_MB: the emulated device's memory (default: unlimited), to
+ * test how running out of GPU memory is reported. */
+static size_t vram_limit(void) {
+    static size_t limit = (size_t)-2;
+    if (limit == (size_t)-2) {
+        const char *v = getenv("SOTTO_EMU_VRAM_MB");
+        limit = v && *v ? (size_t)strtoull(v, NULL, 10) << 20 : (size_t)-1;
+    }
+    return limit;
+}
+
 void *sotto_cuda_malloc(size_t bytes, sotto_err *err) {
+    pthread_mutex_lock(&g_lock);
+    int over = g_bytes + bytes > vram_limit();
+    pthread_mutex_unlock(&g_lock);
+    if (over) {
+        sotto_err_set(err, SOTTO_E_NOMEM, "GPU out of memory allocating %.1f MiB", bytes / 1048576.0);
+        return NULL;
+    }
     char *p = malloc(bytes ? bytes : 1);
     pthread_mutex_lock(&g_lock);
     if (p && g_n == g_cap) {

@@ -48,6 +48,45 @@ def free_port():
         return s.getsockname()[1]
 
 
+def out_of_memory(args, wav):
+    """Over the emulation, with its device memory limited (SOTTO_EMU_VRAM_MB):
+    too little for the weights, and enough for the weights and a state but not
+    for the encoder's scratch. Each must be a clear error, not a crash or a hang."""
+    env = dict(os.environ)
+    for mb, when in ((100, "loading"), (200, "encoding")):
+        env["SOTTO_EMU_VRAM_MB"] = str(mb)
+        p = subprocess.run([args.sotto, "transcribe", "--model", args.model, "--device", "cuda", wav],
+                           capture_output=True, text=True, timeout=300, env=env)
+        last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+        check(p.returncode == 1 and "GPU out of memory" in p.stderr,
+              f"{mb} MiB of GPU memory: the CLI fails while {when} and says why (rc {p.returncode}: {last})")
+    port = free_port()
+    env["SOTTO_EMU_VRAM_MB"] = "200"
+    srv = subprocess.Popen([args.server, "--model", args.model, "--port", str(port), "--device", "cuda"],
+                           stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        ok = False
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    ok = r.read().decode().strip() == "ok"
+                    break
+            except OSError:
+                time.sleep(0.1)
+        check(ok, "200 MiB of GPU memory: the server loads the model and serves /healthz")
+        res = sc.stream(f"ws://127.0.0.1:{port}/v1/stream", sc.load_clip(wav), timeout=120)
+        errs = [e for e in res.errors if e.get("code") == "engine_failed"]
+        check(len(errs) == 1 and errs[0].get("fatal") is True and "GPU out of memory" in errs[0].get("message", ""),
+              f"a session whose windows cannot be encoded ends with a fatal engine_failed error: "
+              f"{errs[0].get('message') if errs else res.summary()}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            check(r.read().decode().strip() == "ok", "and the server goes on serving")
+    finally:
+        srv.terminate()
+        srv.communicate(timeout=60)
+    check(srv.returncode == 0, f"and exits 0 on SIGTERM (rc {srv.returncode})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sotto", required=True)
@@ -125,6 +164,8 @@ def main():
     check(len(lines) == 1, f"and says where the model runs once: {lines}")
     check(srv.returncode == 0, f"and exits 0 on SIGTERM (rc {srv.returncode})")
 
+    if gpu and "CPU emulation" in dev_lines[0]:
+        out_of_memory(args, wav)
     print(f"{'all passed' if failures == 0 else f'{failures} FAILED'}")
     return 1 if failures else 0
 
