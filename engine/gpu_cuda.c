@@ -247,7 +247,7 @@ int sotto_gpu_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
 /* ---- per-thread scratch ---------------------------------------------- */
 
 enum {
-    G_X, G_H, G_Q, G_K, G_V, G_ATT, G_FF, G_TMP, G_DEQ, G_COLS, G_SCORES, G_MEL, G_LOGITS, G_ROWS,
+    G_X, G_H, G_Q, G_K, G_V, G_ATT, G_FF, G_DEQ, G_COLS, G_SCORES, G_MEL, G_LOGITS, G_ROWS,
     G_A16, G_QKV16, G_S16, /* bf16 GEMM operands (two per float of capacity) */
     G_COUNT
 };
