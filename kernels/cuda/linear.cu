@@ -269,28 +269,6 @@ static int linear_launch(const sotto_cuda_wmat *w, const float *bias, const floa
     return launched("kernel launch", err);
 }
 
-// One thread per 8 weights (cols % 8 == 0) or per weight.
-template <int FMT, bool VEC>
-__global__ void dequant_k(WDev w, float *__restrict__ dst) {
-    __shared__ float s_nf4[16], s_e2m1[8];
-    if (threadIdx.x < 16) s_nf4[threadIdx.x] = c_nf4[threadIdx.x];
-    if (threadIdx.x < 8) s_e2m1[threadIdx.x] = c_e2m1[threadIdx.x];
-    __syncthreads();
-    const size_t total = (size_t)w.rows * (size_t)w.cols, step = VEC ? 8 : 1;
-    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * step; i < total;
-         i += (size_t)gridDim.x * blockDim.x * step) {
-        if (VEC) {
-            float v[8];
-            decode8<FMT>(w, s_nf4, s_e2m1, i, v);
-            float4 *o = (float4 *)(dst + i);
-            o[0] = make_float4(v[0], v[1], v[2], v[3]);
-            o[1] = make_float4(v[4], v[5], v[6], v[7]);
-        } else {
-            dst[i] = FMT == SOTTO_WFMT_F32 ? ((const float *)w.data)[i] : bf16(((const uint16_t *)w.data)[i]);
-        }
-    }
-}
-
 // fp32 -> bf16, round to nearest even (NaN kept quiet), as kernels/half.h.
 __device__ __forceinline__ uint16_t to_bf16(float f) {
     uint32_t u = __float_as_uint(f);
@@ -298,8 +276,25 @@ __device__ __forceinline__ uint16_t to_bf16(float f) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-template <int FMT, bool VEC>
-__global__ void dequant_bf16_k(WDev w, uint16_t *__restrict__ dst) {
+// Stores of decoded values: 8 at a time (16- or 32-byte aligned) or one.
+__device__ __forceinline__ void store8(float *p, const float v[8]) {
+    float4 *o = (float4 *)p;
+    o[0] = make_float4(v[0], v[1], v[2], v[3]);
+    o[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void store8(uint16_t *p, const float v[8]) {
+    uint4 o;
+    o.x = to_bf16(v[0]) | (uint32_t)to_bf16(v[1]) << 16, o.y = to_bf16(v[2]) | (uint32_t)to_bf16(v[3]) << 16;
+    o.z = to_bf16(v[4]) | (uint32_t)to_bf16(v[5]) << 16, o.w = to_bf16(v[6]) | (uint32_t)to_bf16(v[7]) << 16;
+    *(uint4 *)p = o;
+}
+__device__ __forceinline__ void store1(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store1(uint16_t *p, float v) { *p = to_bf16(v); }
+
+// A whole matrix decoded into dst (float, or bf16 as uint16_t): one thread per
+// 8 weights (cols % 8 == 0) or per weight.
+template <int FMT, bool VEC, typename T>
+__global__ void dequant_k(WDev w, T *__restrict__ dst) {
     __shared__ float s_nf4[16], s_e2m1[8];
     if (threadIdx.x < 16) s_nf4[threadIdx.x] = c_nf4[threadIdx.x];
     if (threadIdx.x < 8) s_e2m1[threadIdx.x] = c_e2m1[threadIdx.x];
@@ -310,12 +305,9 @@ __global__ void dequant_bf16_k(WDev w, uint16_t *__restrict__ dst) {
         if (VEC) {
             float v[8];
             decode8<FMT>(w, s_nf4, s_e2m1, i, v);
-            uint4 o;
-            o.x = to_bf16(v[0]) | (uint32_t)to_bf16(v[1]) << 16, o.y = to_bf16(v[2]) | (uint32_t)to_bf16(v[3]) << 16;
-            o.z = to_bf16(v[4]) | (uint32_t)to_bf16(v[5]) << 16, o.w = to_bf16(v[6]) | (uint32_t)to_bf16(v[7]) << 16;
-            *(uint4 *)(dst + i) = o;
+            store8(dst + i, v);
         } else {
-            dst[i] = FMT == SOTTO_WFMT_F32 ? to_bf16(((const float *)w.data)[i]) : ((const uint16_t *)w.data)[i];
+            store1(dst + i, FMT == SOTTO_WFMT_F32 ? ((const float *)w.data)[i] : bf16(((const uint16_t *)w.data)[i]));
         }
     }
 }
@@ -348,20 +340,11 @@ extern "C" const float *sotto_cuda_wmat_f32(const sotto_cuda_wmat *w) {
     return w->fmt == SOTTO_WFMT_F32 ? (const float *)w->data : NULL;
 }
 
-template <typename T> struct DequantLaunch; // T: float, or uint16_t for bf16
-
-template <> struct DequantLaunch<float> {
+template <typename T> struct DequantLaunch { // T: float, or uint16_t for bf16
     WDev d;
-    float *dst;
+    T *dst;
     dim3 grid;
-    template <int FMT, bool VEC> void run() { dequant_k<FMT, VEC><<<grid, 256, 0, S()>>>(d, dst); }
-};
-
-template <> struct DequantLaunch<uint16_t> {
-    WDev d;
-    uint16_t *dst;
-    dim3 grid;
-    template <int FMT, bool VEC> void run() { dequant_bf16_k<FMT, VEC><<<grid, 256, 0, S()>>>(d, dst); }
+    template <int FMT, bool VEC> void run() { dequant_k<FMT, VEC, T><<<grid, 256, 0, S()>>>(d, dst); }
 };
 
 template <typename T> static int dequant_launch(const sotto_cuda_wmat *w, T *dst, sotto_err *err) {
