@@ -50,6 +50,8 @@ int sotto_gpu_state_fetch_encoder_output(sotto_state *st, sotto_err *err);
 void *sotto_gpu_alloc(size_t bytes, sotto_err *err);
 void sotto_gpu_release(void *p);
 int sotto_gpu_copy(void *dst, const void *src, size_t bytes, sotto_err *err);
+/* Waits for the calling thread's queued GPU work (its copies above). */
+int sotto_gpu_sync(sotto_err *err);
 
 void sotto_gpu_ws_free(void *gws);
 

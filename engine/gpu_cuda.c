@@ -244,6 +244,11 @@ int sotto_gpu_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
     return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "device copy");
 }
 
+int sotto_gpu_sync(sotto_err *err) {
+    cudaError_t e = cudaStreamSynchronize(sotto_cuda_get_stream());
+    return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "device copy");
+}
+
 /* ---- per-thread scratch ---------------------------------------------- */
 
 enum {
@@ -669,7 +674,17 @@ int sotto_gpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_
     if (!w) return err->code;
     for (int i = 0; i < n; i++)
         if (!rows[i].st->on_gpu) return sotto_err_set(err, SOTTO_E_INVALID, "a CPU state for a GPU model");
-    if (!prompt && n <= SKINNY_MAX && !want && n_want == n) return decode_step(m, w, rows, n, x_host, logits, err);
+    if (!prompt) { /* steps: rows are independent, so at most SKINNY_MAX at a time */
+        if (want || n_want != n) return sotto_err_set(err, SOTTO_E_INVALID, "a decoder step returns every row's logits");
+        for (int i = 0; i < n; i += SKINNY_MAX) {
+            int c = n - i < SKINNY_MAX ? n - i : SKINNY_MAX, rc;
+            if ((rc = decode_step(m, w, rows + i, c, x_host + (size_t)i * d, logits + (size_t)i * V, err)))
+                return rc;
+        }
+        return SOTTO_OK;
+    }
+    /* a prompt: consecutive positions of one sequence, attending causally */
+    const sotto_row_ref *r = &rows[0];
     const size_t nr = (size_t)(n > n_want ? n : n_want); /* rows of h and q */
     float *x = gbuf(w, G_X, (size_t)n * d, err), *h = x ? gbuf(w, G_H, nr * d, err) : NULL;
     float *q = h ? gbuf(w, G_Q, nr * d, err) : NULL, *k = q ? gbuf(w, G_K, (size_t)n * d, err) : NULL;
@@ -683,51 +698,27 @@ int sotto_gpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_
     const size_t per_layer = (size_t)T * d;
     for (int l = 0; l < hp->n_text_layer; l++) {
         const gdec *L = &g->dec[l];
-        /* self-attention: K/V written into the cache at each row's position */
+        /* self-attention: K/V written into the cache, then causal attention */
         if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->attn_ln.g, L->attn_ln.b, 1e-5f, err)) ||
             (rc = glinear(w, &L->q, h, n, q, 0, err)) || (rc = glinear(w, &L->k, h, n, k, 0, err)) ||
             (rc = glinear(w, &L->v, h, n, v, 0, err)))
             return rc;
-        if (prompt) { /* consecutive positions of one sequence: one copy each */
-            const sotto_row_ref *r = &rows[0];
-            if ((rc = sotto_gpu_copy(self_at(r->st, r->st->self_k, l, r->seq, r->pos), k,
-                                     sizeof(float) * (size_t)n * d, err)) ||
-                (rc = sotto_gpu_copy(self_at(r->st, r->st->self_v, l, r->seq, r->pos), v,
-                                     sizeof(float) * (size_t)n * d, err)) ||
-                (rc = sotto_cuda_attention_causal(q, d, sotto_state_self(r->st, r->st->self_k, l, r->seq),
-                                                  sotto_state_self(r->st, r->st->self_v, l, r->seq), d, att,
-                                                  d, n, r->pos + n, H, dh, scale, r->pos, err)))
-                return rc;
-        } else {
-            for (int i = 0; i < n; i++) {
-                const sotto_row_ref *r = &rows[i];
-                if ((rc = sotto_gpu_copy(self_at(r->st, r->st->self_k, l, r->seq, r->pos), k + (size_t)i * d,
-                                         sizeof(float) * d, err)) ||
-                    (rc = sotto_gpu_copy(self_at(r->st, r->st->self_v, l, r->seq, r->pos), v + (size_t)i * d,
-                                         sizeof(float) * d, err)) ||
-                    (rc = sotto_cuda_attention_rows(q + (size_t)i * d, d,
-                                                    sotto_state_self(r->st, r->st->self_k, l, r->seq),
-                                                    sotto_state_self(r->st, r->st->self_v, l, r->seq), d,
-                                                    att + (size_t)i * d, d, 1, r->pos + 1, H, dh, scale, err)))
-                    return rc;
-            }
-        }
+        if ((rc = sotto_gpu_copy(self_at(r->st, r->st->self_k, l, r->seq, r->pos), k, sizeof(float) * (size_t)n * d,
+                                 err)) ||
+            (rc = sotto_gpu_copy(self_at(r->st, r->st->self_v, l, r->seq, r->pos), v, sizeof(float) * (size_t)n * d,
+                                 err)) ||
+            (rc = sotto_cuda_attention_causal(q, d, sotto_state_self(r->st, r->st->self_k, l, r->seq),
+                                              sotto_state_self(r->st, r->st->self_v, l, r->seq), d, att, d, n,
+                                              r->pos + n, H, dh, scale, r->pos, err)))
+            return rc;
         if ((rc = glinear(w, &L->o, att, n, x, 1, err))) return rc;
 
-        /* cross-attention: runs of consecutive rows of one state share its K/V */
+        /* cross-attention over the sequence's stream */
         if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->cross_ln.g, L->cross_ln.b, 1e-5f, err)) ||
-            (rc = glinear(w, &L->cq, h, n, q, 0, err)))
+            (rc = glinear(w, &L->cq, h, n, q, 0, err)) ||
+            (rc = sotto_cuda_attention_rows(q, d, r->st->cross_k + l * per_layer, r->st->cross_v + l * per_layer, d,
+                                            att, d, n, T, H, dh, scale, err)))
             return rc;
-        for (int i0 = 0; i0 < n;) {
-            int i1 = i0 + 1;
-            while (i1 < n && rows[i1].st == rows[i0].st) i1++;
-            const sotto_state *st = rows[i0].st;
-            if ((rc = sotto_cuda_attention_rows(q + (size_t)i0 * d, d, st->cross_k + l * per_layer,
-                                                st->cross_v + l * per_layer, d, att + (size_t)i0 * d, d,
-                                                i1 - i0, T, H, dh, scale, err)))
-                return rc;
-            i0 = i1;
-        }
         if ((rc = glinear(w, &L->co, att, n, x, 1, err))) return rc;
 
         /* MLP */

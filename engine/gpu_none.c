@@ -47,6 +47,8 @@ int sotto_gpu_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
     return sotto_err_set(err, SOTTO_E_UNSUPPORTED, "%s", NO_CUDA);
 }
 
+int sotto_gpu_sync(sotto_err *err) { return sotto_err_set(err, SOTTO_E_UNSUPPORTED, "%s", NO_CUDA); }
+
 void sotto_gpu_ws_free(void *gws) { (void)gws; }
 
 int sotto_gpu_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_state *const *sts,

@@ -78,6 +78,8 @@ void sotto_state_free(sotto_state *st) {
         free(st->self_k);
         free(st->self_v);
     }
+    if (st->on_gpu) sotto_gpu_release(st->gather_tmp);
+    else free(st->gather_tmp);
     free(st->seq_len);
     free(st);
 }
@@ -127,10 +129,17 @@ int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int 
     for (int i = 0; i < n; i++)
         if ((size_t)lens[i] > max_rows) max_rows = (size_t)lens[i];
     size_t per = max_rows * row;
+    /* the scratch is kept with the state: beam search gathers every step */
     size_t tmp_bytes = sizeof(float) * per * (size_t)n * 2;
-    float *tmp = NULL;
-    if (per) tmp = st->on_gpu ? sotto_gpu_alloc(tmp_bytes, NULL) : malloc(tmp_bytes);
-    if (per && !tmp) return SOTTO_E_NOMEM;
+    if (tmp_bytes > st->gather_cap) {
+        if (st->on_gpu) sotto_gpu_release(st->gather_tmp);
+        else free(st->gather_tmp);
+        st->gather_cap = 0;
+        st->gather_tmp = st->on_gpu ? sotto_gpu_alloc(tmp_bytes, NULL) : malloc(tmp_bytes);
+        if (!st->gather_tmp) return SOTTO_E_NOMEM;
+        st->gather_cap = tmp_bytes;
+    }
+    float *tmp = st->gather_tmp;
     int rc = SOTTO_OK;
     for (int l = 0; l < hp->n_text_layer && !rc; l++) {
         for (int i = 0; i < n && !rc; i++) {
@@ -150,8 +159,7 @@ int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int 
                                tmp + (size_t)(2 * i + 1) * per, bytes);
         }
     }
-    if (st->on_gpu) sotto_gpu_release(tmp); /* waits for the copies */
-    else free(tmp);
+    if (!rc && st->on_gpu) rc = sotto_gpu_sync(NULL); /* the copies are done before the call returns */
     if (rc) return rc;
     for (int i = 0; i < n; i++) st->seq_len[dst[i]] = lens[i];
     return SOTTO_OK;

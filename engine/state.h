@@ -17,6 +17,8 @@ struct sotto_state {
     int on_gpu;
     float *d_enc_out;         /* GPU: the encoder output on the device */
     int enc_out_stale;        /* GPU: enc_out not yet copied back */
+    float *gather_tmp;        /* sotto_state_seq_gather's scratch (device memory on a GPU) */
+    size_t gather_cap;        /* its size in bytes */
 };
 
 /* One decoder row: the token at position `pos` of sequence `seq` of `st`. */

@@ -198,6 +198,36 @@ static void compare(const char *fmt, const sotto_model *c, const sotto_model *g,
     CHECK_MSG(e_prompt < g_tol_logits && e_step < g_tol_logits, "%s: logits %.3g %.3g", fmt, e_prompt, e_step);
     CHECK_MSG(agree >= 3 * steps - (g_tol_logits > 2e-3 ? 2 : 1), "%s: argmax agreed %d/%d", fmt, agree, 3 * steps);
 
+    /* a step of more rows than one graph holds (32): 40 beams of one stream */
+    {
+        enum { NB = 40 };
+        sotto_state *cb = sotto_state_create(c, NB, &err), *gb40 = sotto_state_create(g, NB, &err);
+        float *lc40 = malloc(sizeof(float) * (size_t)V * NB), *lg40 = malloc(sizeof(float) * (size_t)V * NB);
+        if (cb && gb40 && lc40 && lg40 && sotto_encode(c, wc, cb, w0, &err) == 0 &&
+            sotto_encode(g, wg, gb40, w0, &err) == 0) {
+            int last = np - 1;
+            CHECK(sotto_decode_tokens(c, wc, cb, 0, prompt, np, &last, 1, lc40, &err) == 0);
+            CHECK(sotto_decode_tokens(g, wg, gb40, 0, prompt, np, &last, 1, lg40, &err) == 0);
+            int dsts[NB], srcs[NB], sq[NB];
+            int32_t tk[NB];
+            sotto_state *cs40[NB], *gs40[NB];
+            for (int b = 0; b < NB; b++)
+                dsts[b] = b, srcs[b] = 0, sq[b] = b, tk[b] = 400 + 13 * b, cs40[b] = cb, gs40[b] = gb40;
+            CHECK(sotto_state_seq_gather(cb, dsts, srcs, NB) == 0 && sotto_state_seq_gather(gb40, dsts, srcs, NB) == 0);
+            CHECK(sotto_decode_step(c, wc, cs40, sq, tk, NB, lc40, &err) == 0);
+            CHECK_MSG(sotto_decode_step(g, wg, gs40, sq, tk, NB, lg40, &err) == 0, "%s", err.msg);
+            double e40 = check_rel_err_f(lg40, lc40, (size_t)NB * V);
+            printf("%-6s logits max rel error, one step of %d rows: %.2e\n", fmt, NB, e40);
+            CHECK_MSG(e40 < g_tol_logits, "%s: %d-row step %.3g", fmt, NB, e40);
+        } else {
+            CHECK_MSG(0, "%s: 40-beam set-up: %s", fmt, err.msg);
+        }
+        sotto_state_free(cb);
+        sotto_state_free(gb40);
+        free(lc40);
+        free(lg40);
+    }
+
     /* the whole clip, default options (beam 5, temperature fallback) */
     sotto_transcribe_opts o = sotto_transcribe_default_opts();
     sotto_transcript tc = {0}, tg = {0};
