@@ -42,6 +42,17 @@ def transcribe(args, device, wav):
     return p.returncode, p.stdout.strip(), p.stderr
 
 
+def healthy(port, tries=100):
+    """True once the server on port answers /healthz with "ok" (10 s at most)."""
+    for _ in range(tries):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                return r.read().decode().strip() == "ok"
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,22 +76,14 @@ def out_of_memory(args, wav):
     srv = subprocess.Popen([args.server, "--model", args.model, "--port", str(port), "--device", "cuda"],
                            stderr=subprocess.PIPE, text=True, env=env)
     try:
-        ok = False
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-                    ok = r.read().decode().strip() == "ok"
-                    break
-            except OSError:
-                time.sleep(0.1)
+        ok = healthy(port)
         check(ok, "200 MiB of GPU memory: the server loads the model and serves /healthz")
         res = sc.stream(f"ws://127.0.0.1:{port}/v1/stream", sc.load_clip(wav), timeout=120)
         errs = [e for e in res.errors if e.get("code") == "engine_failed"]
         check(len(errs) == 1 and errs[0].get("fatal") is True and "GPU out of memory" in errs[0].get("message", ""),
               f"a session whose windows cannot be encoded ends with a fatal engine_failed error: "
               f"{errs[0].get('message') if errs else res.summary()}")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
-            check(r.read().decode().strip() == "ok", "and the server goes on serving")
+        check(healthy(port, tries=1), "and the server goes on serving")
     finally:
         srv.terminate()
         srv.communicate(timeout=60)
@@ -141,14 +144,7 @@ def main():
     port = free_port()
     srv = subprocess.Popen([args.server, "--model", args.model, "--port", str(port), "--device", "auto"],
                            stderr=subprocess.PIPE, text=True)
-    ok = False
-    for _ in range(100):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-                ok = r.read().decode().strip() == "ok"
-                break
-        except OSError:
-            time.sleep(0.1)
+    ok = healthy(port)
     if ok:  # one streamed session through the server's batched decoder
         res = sc.stream(f"ws://127.0.0.1:{port}/v1/stream", sc.load_clip(wav), timeout=300)
         words = normalize(res.transcript).split()
