@@ -1,8 +1,10 @@
 /* transcribe.h - offline transcription of a whole recording, window by
  * window, the way Whisper's (and faster-whisper's) transcribe loop does it:
  * 30 s windows, timestamp-based seeking, previous text as prompt,
- * temperature fallback on compression-ratio / log-probability failure,
- * no-speech skipping, language detection on the first window.
+ * temperature fallback while a window fails the guardrails of decoding.h
+ * (Whisper's compression-ratio and log-probability tests, sotto's
+ * repetition detector and token bound), no-speech skipping, windows of
+ * digital silence skipped, language detection on the first window.
  *
  * Ownership: a sotto_transcript owns its segments and their strings; free
  * it with sotto_transcript_free(). Options only borrow their pointers.
@@ -10,7 +12,7 @@
 #ifndef SOTTO_TRANSCRIBE_H
 #define SOTTO_TRANSCRIBE_H
 
-#include "generate.h"
+#include "decoding.h"
 
 typedef struct sotto_segment {
     double start, end; /* seconds from the start of the audio */
@@ -29,8 +31,6 @@ typedef struct sotto_transcript {
 } sotto_transcript;
 
 typedef enum sotto_task { SOTTO_TASK_TRANSCRIBE = 0, SOTTO_TASK_TRANSLATE = 1 } sotto_task;
-
-#define SOTTO_MAX_TEMPERATURES 16
 
 typedef struct sotto_transcribe_opts {
     const char *language; /* code, or NULL / "auto" to detect (multilingual models) */
@@ -53,6 +53,8 @@ typedef struct sotto_transcribe_opts {
     int without_timestamps;
     float max_initial_timestamp;
     int max_new_tokens;         /* per window; 0 = no limit */
+    int no_repetition_guard;    /* 1: none of sotto's guardrails beyond Whisper's
+                                   (the repetition detector, the token bound) */
     uint64_t seed;
     /* Called for each segment as soon as it is final; return non-zero to stop. */
     int (*on_segment)(void *user, const sotto_segment *seg);
@@ -70,12 +72,6 @@ int sotto_transcribe(const sotto_model *model, const float *samples, size_t n,
                      const sotto_transcribe_opts *opts, sotto_transcript *out, sotto_err *err);
 
 void sotto_transcript_free(sotto_transcript *t); /* accepts NULL or a zeroed struct */
-
-/* zlib compression ratio of text: len(text) / len(zlib.compress(text)). */
-float sotto_compression_ratio(const char *text, size_t len);
-
-/* Suppression lists the engine uses by default. The caller frees *out. */
-int sotto_non_speech_tokens(const sotto_model *model, int32_t **out, int *n, sotto_err *err);
 
 /* Language code of language index i ("en"), written to buf; 0 or error. */
 int sotto_language_code(const sotto_model *model, int i, char *buf, size_t bufsz);

@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
         srv_model *sm = &s.models[i];
         for (int k = 0; k < sm->n_states; k++) sotto_state_free(sm->states[k]);
         free(sm->states);
-        free(sm->suppress);
+        sotto_suppression_free(&sm->sup);
         sotto_model_free(sm->model);
     }
     srv_options_free(&s.opt);

@@ -126,6 +126,12 @@ char *srv_metrics_render(srv *s, size_t *len) {
     gauge(&o, "sotto_feed_viewers", "feed viewers connected", viewers);
     counter(&o, "sotto_events_dropped_total", "events dropped for lagging clients",
             atomic_load(&m->events_dropped));
+    counter(&o, "sotto_passes_rejected_total",
+            "partial passes withdrawn by the guardrails (loop, too many words, low confidence)",
+            atomic_load(&m->rejected_passes));
+    counter(&o, "sotto_passes_fallback_total",
+            "final passes that failed the guardrails and were decoded again at higher temperatures",
+            atomic_load(&m->fallback_passes));
     hist(&o, "sotto_pass_queue_seconds", "time a due pass waited for the worker", &m->pass_queue);
     hist(&o, "sotto_encode_seconds", "log-mel + encoder per pass", &m->encode);
     hist(&o, "sotto_decode_seconds", "decoder per batch of passes", &m->decode);

@@ -31,8 +31,7 @@ static void unload(srv *s, srv_model *sm) {
     free(sm->states);
     sm->states = NULL;
     sm->n_states = 0;
-    free(sm->suppress);
-    sm->suppress = NULL;
+    sotto_suppression_free(&sm->sup);
     sotto_model_free(sm->model);
     sm->model = NULL;
     SOTTO_INFO("unloaded %s (%s)", sm->name, sotto_wfmt_name(sm->weights));
@@ -51,22 +50,11 @@ int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err) {
     p.device = s->opt.device;
     sotto_model *m = sotto_model_load(sm->dir, &p, err);
     if (!m) return err ? err->code : SOTTO_E_INTERNAL;
-    int32_t *sup = NULL;
-    int n_sup = 0;
-    if (sotto_non_speech_tokens(m, &sup, &n_sup, err)) {
+    sotto_suppression sup;
+    if (sotto_suppression_init(&sup, m, 1, 1, err)) {
         sotto_model_free(m);
         return err ? err->code : SOTTO_E_INTERNAL;
     }
-    const sotto_special_tokens *sp = sotto_model_special(m);
-    int32_t extra[] = {sp->transcribe, sp->translate, sp->sot, sp->sot_prev, sp->sot_lm, sp->no_speech};
-    int32_t *all = realloc(sup, sizeof(int32_t) * (size_t)(n_sup + 6));
-    if (!all) {
-        free(sup);
-        sotto_model_free(m);
-        return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
-    }
-    for (int i = 0; i < 6; i++)
-        if (extra[i] >= 0) all[n_sup++] = extra[i];
     size_t bytes = sotto_model_weight_bytes(m);
     pthread_mutex_lock(&s->lock);
     double budget = s->opt.memory_budget_mb * 1e6;
@@ -85,7 +73,7 @@ int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err) {
     }
     if (budget > 0 && (double)(loaded_bytes_locked(s) + bytes) > budget) {
         pthread_mutex_unlock(&s->lock);
-        free(all);
+        sotto_suppression_free(&sup);
         sotto_model_free(m);
         return sotto_err_set(err, SOTTO_E_RANGE,
                              "%s (%s) needs %.1f MB; the memory budget of %.0f MB is taken by "
@@ -95,11 +83,7 @@ int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err) {
     }
     sm->model = m;
     sm->bytes = bytes;
-    sm->suppress = all;
-    sm->n_suppress = n_sup;
-    int32_t space = sotto_tokenizer_token_id(sotto_model_tokenizer(m), "\xc4\xa0");
-    sm->suppress_begin[0] = space;
-    sm->suppress_begin[1] = sp->eot;
+    sm->sup = sup;
     sotto_model_policy_string(m, sm->policy, sizeof sm->policy);
     sm->last_used = srv_now();
     pthread_mutex_unlock(&s->lock);

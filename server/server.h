@@ -78,9 +78,7 @@ typedef struct srv_model {
     /* worker thread only: per-pass decoder states and suppression lists */
     sotto_state **states;
     int n_states;
-    int32_t *suppress;
-    int n_suppress;
-    int32_t suppress_begin[2];
+    sotto_suppression sup;
 } srv_model;
 
 /* ---- metrics ------------------------------------------------------------------- */
@@ -97,6 +95,7 @@ typedef struct srv_metrics {
     _Atomic uint64_t sessions_total, sessions_rejected, sessions_resumed;
     _Atomic uint64_t audio_in_samples, audio_final_samples, audio_dropped_samples;
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
+    _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
     _Atomic uint64_t feed_viewers_total, feed_viewers_dropped;
     srv_hist pass_queue, encode, decode, pass_total, first_token;
 } srv_metrics;

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
 
+#include "decoding.h"
 #include "generate.h"
 #include "log.h"
 #include "threads.h"
@@ -136,11 +137,20 @@ typedef struct job_ctx {
     const sotto_pass *pass;
     double due_since;
     int seen_token;
-    int32_t prompt[MAX_PROMPT];
+    int max_tokens;   /* the guardrails' bound on text tokens (prefix included) */
+    int n_text;       /* text tokens so far (prefix included) */
+    int n_gen;
+    int stopped;      /* generation was stopped by the guardrails */
+    int32_t eot;
+    int32_t prompt[MAX_PROMPT + 8];
     int n_prompt;
+    int32_t gen[MAX_PROMPT];
     float *win;
 } job_ctx;
 
+/* Each generated token: a partial event, and the guardrails' early stop (a
+ * loop at the end of the text, or more words than the audio can hold), so
+ * that a looping pass costs a few tokens, not 200. */
 static int on_token(void *user, int32_t token, float logprob) {
     job_ctx *c = user;
     (void)logprob;
@@ -148,58 +158,68 @@ static int on_token(void *user, int32_t token, float logprob) {
         c->seen_token = 1;
         srv_hist_add(&c->s->m.first_token, srv_now() - c->due_since);
     }
+    if (c->n_gen < MAX_PROMPT) c->gen[c->n_gen++] = token;
+    if (token < c->eot) c->n_text++;
+    if ((c->max_tokens > 0 && c->n_text > c->max_tokens) ||
+        (token < c->eot && sotto_repetition_tail(c->gen, c->n_gen, c->eot))) {
+        c->stopped = 1;
+        return 1;
+    }
     pthread_mutex_lock(&c->ss->lock);
     sotto_dictation_on_token(c->ss->dict, c->pass->id, token);
     pthread_mutex_unlock(&c->ss->lock);
     return 0;
 }
 
-/* [<|startofprev|> context] <|sot|> [lang task] <|notimestamps|> prefix */
 static int build_prompt(const sotto_model *m, srv_session *ss, job_ctx *c) {
     const sotto_special_tokens *sp = sotto_model_special(m);
     const sotto_pass *p = c->pass;
-    int n = 0;
-    int ctx = p->n_context;
-    /* Whisper's limit, n_text_ctx / 2 - 1, and room for 128 new tokens after the prefix */
-    if (ctx > MAX_PROMPT / 2 - 1) ctx = MAX_PROMPT / 2 - 1;
-    if (ctx > MAX_PROMPT - 8 - p->n_prefix - 128) ctx = MAX_PROMPT - 8 - p->n_prefix - 128;
-    if (ctx < 0) ctx = 0;
-    if (ctx > 0 && sp->sot_prev >= 0) {
-        c->prompt[n++] = sp->sot_prev;
-        memcpy(c->prompt + n, p->context + p->n_context - ctx, sizeof(int32_t) * (size_t)ctx);
-        n += ctx;
-    }
-    c->prompt[n++] = sp->sot;
+    sotto_prompt_spec ps = {.context = p->context, .n_context = p->n_context,
+                            .lang_token = -1, .task_token = -1, .timestamps = p->timestamps,
+                            .prefix = p->prefix, .n_prefix = p->n_prefix,
+                            .min_room = 128 /* tokens left to generate */};
     if (sotto_model_is_multilingual(m)) {
         int li = sotto_language_index(m, ss->language);
-        c->prompt[n++] = sp->lang_begin + (li >= 0 ? li : 0);
-        c->prompt[n++] = ss->task == SOTTO_TASK_TRANSLATE ? sp->translate : sp->transcribe;
+        ps.lang_token = sp->lang_begin + (li >= 0 ? li : 0);
+        ps.task_token = ss->task == SOTTO_TASK_TRANSLATE ? sp->translate : sp->transcribe;
     }
-    if (!p->timestamps) c->prompt[n++] = sp->no_timestamps;
-    int pre = p->n_prefix;
-    if (n + pre > MAX_PROMPT - 32) pre = MAX_PROMPT - 32 - n; /* never: windows are short */
-    if (pre < 0) pre = 0;
-    memcpy(c->prompt + n, p->prefix, sizeof(int32_t) * (size_t)pre);
-    n += pre;
-    c->n_prompt = n;
-    return n;
+    c->n_prompt = sotto_prompt_build(m, &ps, c->prompt, MAX_PROMPT + 8);
+    return c->n_prompt;
 }
 
 /* The pass window as features: log-mel of its audio, padded to 30 s. */
 static int window_features(const sotto_model *m, const sotto_pass *p, float *win, sotto_err *err) {
-    const int nm = sotto_model_hparams(m)->n_mels;
     float *mel = NULL;
     size_t nf = 0;
     int rc = sotto_mel_compute(sotto_model_mel(m), p->samples, p->n, SOTTO_HOP, 0, &mel, &nf, err);
     if (rc) return rc;
-    size_t take = nf > 0 ? nf - 1 : 0;
-    if (take > SOTTO_N_FRAMES) take = SOTTO_N_FRAMES;
-    for (int c = 0; c < nm; c++) {
-        memcpy(win + (size_t)c * SOTTO_N_FRAMES, mel + (size_t)c * nf, sizeof(float) * take);
-        memset(win + (size_t)c * SOTTO_N_FRAMES + take, 0, sizeof(float) * (SOTTO_N_FRAMES - take));
-    }
+    sotto_window_pad(mel, sotto_model_hparams(m)->n_mels, nf, 0, nf > 0 ? (int)(nf - 1) : 0, win);
     free(mel);
     return SOTTO_OK;
+}
+
+/* Text tokens among the pass's forced prefix. */
+static int prefix_text(const sotto_pass *p, int32_t eot) {
+    int k = 0;
+    for (int i = 0; i < p->n_prefix; i++) k += p->prefix[i] < eot;
+    return k;
+}
+
+/* The options of a streaming pass: greedy at temperature 0 (the batch),
+ * then, for a final pass that fails the guardrails, Whisper's temperature
+ * fallback with one sampled hypothesis per temperature (the pass state
+ * holds one sequence). */
+static sotto_window_opts stream_window_opts(const srv_model *sm) {
+    sotto_window_opts w;
+    memset(&w, 0, sizeof w);
+    w.gen = sotto_generate_default_opts();
+    sotto_suppression_apply(&sm->sup, &w.gen);
+    w.beam_size = 1;
+    w.best_of = 1;
+    w.n_temperatures = 6;
+    for (int i = 0; i < 6; i++) w.temperatures[i] = 0.2f * (float)i;
+    w.guard = sotto_guard_default_opts();
+    return w;
 }
 
 /* A stopping session whose last pass is done: `done`, then close. Session lock held. */
@@ -237,6 +257,7 @@ static void engine_result(srv *s, srv_session *ss, int ok, const char *why) {
 
 static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **batch, int n) {
     const sotto_model *m = sm->model;
+    const sotto_window_opts wo = stream_window_opts(sm);
     const int nm = sotto_model_hparams(m)->n_mels;
     job_ctx ctx[MAX_BATCH];
     sotto_gen_job jobs[MAX_BATCH];
@@ -330,7 +351,16 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         }
         if (nj != i) ctx[nj] = *c; /* keep ctx[] and jobs[] aligned */
         c = &ctx[nj];
-        build_prompt(m, ss, c);
+        if (build_prompt(m, ss, c) < 0) { /* cannot happen: windows are short */
+            pthread_mutex_lock(&ss->lock);
+            sotto_dictation_abandon_pass(ss->dict, c->pass->id);
+            pthread_mutex_unlock(&ss->lock);
+            engine_result(s, ss, 0, "the pass's prompt does not fit the decoder's context");
+            continue;
+        }
+        c->eot = sotto_model_special(m)->eot;
+        c->n_text = prefix_text(c->pass, c->eot);
+        c->max_tokens = sotto_guard_max_tokens(&wo.guard, c->pass->n / 16000.0);
         sotto_gen_job *j = &jobs[nj];
         memset(j, 0, sizeof *j);
         j->st = st;
@@ -342,35 +372,58 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
     }
     double t_dec = srv_now();
     if (nc) srv_hist_add(&s->m.encode, (t_dec - t_enc) / nc);
-    sotto_generate_opts o = sotto_generate_default_opts();
-    o.suppress = sm->suppress;
-    o.n_suppress = sm->n_suppress;
-    o.suppress_begin = sm->suppress_begin;
-    o.n_suppress_begin = sm->suppress_begin[0] >= 0 ? 2 : 1;
-    if (o.n_suppress_begin == 1) o.suppress_begin = &sm->suppress_begin[1];
-    int brc = nj ? sotto_generate_greedy_batch(m, ws, jobs, nj, &o, &err) : SOTTO_OK;
+    int brc = nj ? sotto_generate_greedy_batch(m, ws, jobs, nj, &wo.gen, &err) : SOTTO_OK;
     if (nj) srv_hist_add(&s->m.decode, srv_now() - t_dec);
     for (int i = 0; i < nj; i++) {
         job_ctx *c = &ctx[i];
         srv_session *ss = c->ss;
         sotto_generate_result *r = &jobs[i].res;
-        engine_result(s, ss, !(brc || jobs[i].status), brc ? err.msg : "the decoder failed");
+        int failed = brc || jobs[i].status;
+        sotto_verdict v;
+        memset(&v, 0, sizeof v);
+        const double secs = c->pass->n / 16000.0;
+        const int prior = prefix_text(c->pass, c->eot);
+        if (!failed && sotto_guard_check(m, &wo.guard, r, secs, prior, &v, &err)) failed = 1;
+        /* a final pass that fails the guardrails: Whisper's temperature fallback */
+        sotto_window_result fb;
+        int used_fallback = 0;
+        if (!failed && c->pass->final && v.failed) {
+            atomic_fetch_add(&s->m.fallback_passes, 1);
+            /* sampled attempts stop at the token bound (timestamps allowed for) */
+            sotto_window_opts fo = wo;
+            if (c->max_tokens > 0) fo.gen.max_new_tokens = (c->max_tokens - prior) * 3 / 2 + 8;
+            if (sotto_window_decode(m, ws, jobs[i].st, c->prompt, c->n_prompt, &fo, secs, prior, 1,
+                                    &fb, &err) == SOTTO_OK) {
+                sotto_log(SOTTO_LOG_INFO, ss->id,
+                          "final pass %llu failed the guardrails (0x%x, compression %.2f, "
+                          "logprob %.2f); fallback to temperature %.1f%s",
+                          (unsigned long long)c->pass->id, (unsigned)v.failed, v.compression_ratio,
+                          r->avg_logprob, fb.temperature, fb.all_failed ? ", every attempt failed" : "");
+                sotto_generate_result_free(r);
+                *r = fb.res;
+                v = fb.v;
+                v.failed = 0; /* fb.res is what the fallback chose (cut if all failed) */
+                used_fallback = 1;
+            } else {
+                sotto_log(SOTTO_LOG_WARN, ss->id, "fallback failed: %s", err.msg);
+                failed = 1;
+            }
+        }
+        engine_result(s, ss, !failed, brc ? err.msg : "the decoder failed");
         pthread_mutex_lock(&ss->lock);
-        if (brc || jobs[i].status) {
+        if (failed) {
             sotto_dictation_abandon_pass(ss->dict, c->pass->id);
+        } else if (!v.silent && v.failed) { /* a partial pass that failed: withdrawn */
+            sotto_log(SOTTO_LOG_DEBUG, ss->id, "partial pass %llu rejected (0x%x)",
+                      (unsigned long long)c->pass->id, (unsigned)v.failed);
+            atomic_fetch_add(&s->m.rejected_passes, 1);
+            sotto_dictation_reject_pass(ss->dict, c->pass->id);
         } else {
             /* nothing was said (Whisper's no-speech rule): commit nothing */
-            int silent = r->no_speech_prob > 0.6f && r->avg_logprob < -1.0f;
-            if (c->pass->final) {
-                int k = r->n_tokens;
-                sotto_log(SOTTO_LOG_DEBUG, ss->id,
-                          "final pass %llu: %.2f s from %.2f s, prefix %d, %d tokens, last %d %d %d, "
-                          "no_speech %.2f", (unsigned long long)c->pass->id, c->pass->n / 16000.0,
-                          c->pass->start / 16000.0, c->pass->n_prefix, k, k > 2 ? r->tokens[k - 3] : -1,
-                          k > 1 ? r->tokens[k - 2] : -1, k > 0 ? r->tokens[k - 1] : -1,
-                          r->no_speech_prob);
-            }
-            sotto_dictation_complete_pass(ss->dict, c->pass->id, r->tokens, silent ? 0 : r->n_tokens);
+            int silent = v.silent || (used_fallback && sotto_guard_is_silent(&wo.guard, r));
+            sotto_dictation_complete_pass_flags(ss->dict, c->pass->id, r->tokens,
+                                                silent ? 0 : r->n_tokens,
+                                                used_fallback ? SOTTO_PASS_RESET_CONTEXT : 0);
             atomic_fetch_add(&s->m.passes, 1);
             srv_hist_add(&s->m.pass_total, srv_now() - c->due_since);
         }

@@ -1,6 +1,8 @@
 /* dictation.c - streaming state machine of one session (see dictation.h). */
 #include "dictation.h"
 
+#include "repetition.h"
+
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,9 @@ typedef struct window {
 #define MAX_CONTINUATIONS 6 /* final passes of one window after the first */
 #define MIN_REST_S 0.5      /* untranscribed audio that gets another final pass */
 #define SINGLE_END_REST_S 1.0 /* the same after a hypothesis ending in one timestamp */
+#define CUT_SEARCH_S 3.0    /* a full window is cut at the quietest point of its last seconds */
+#define CUT_QUIET_MS 100    /* ... measured as the energy of this much audio */
+#define CUT_HOP_MS 10
 
 struct sotto_dictation {
     sotto_dictation_params p;
@@ -42,6 +47,8 @@ struct sotto_dictation {
     window open;               /* the utterance being spoken (id 0: none) */
     uint64_t next_id;
     uint64_t last_pass_end;    /* audio the latest pass of the front window covered */
+    uint64_t prev_pass_end;    /* ... and the partial pass before it */
+    uint64_t commit_bound;     /* the front window's committed words were spoken before this */
 
     int32_t committed[SOTTO_AGREEMENT_MAX_TOKENS]; /* of the front window */
     int n_committed;
@@ -209,7 +216,7 @@ static void open_window(sotto_dictation *d, uint64_t start) {
     d->open.continuations = 0;
     d->open.end = 0;
     d->st.utterances++;
-    if (!d->n_closed) d->last_pass_end = start;
+    if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = start;
 }
 
 /* Drops audio no window needs any more. */
@@ -239,6 +246,28 @@ static void handle_vad(sotto_dictation *d, const sotto_vad_event *ev, int n) {
             send(d, e);
         }
     }
+}
+
+/* Where a full window is cut: the middle of the quietest CUT_QUIET_MS of
+ * its last CUT_SEARCH_S seconds (the pause between two words, or the
+ * weakest sound where none is silent), never past the audio received. */
+static uint64_t quiet_cut(const sotto_dictation *d) {
+    const size_t win = (size_t)CUT_QUIET_MS * SR / 1000, hop = (size_t)CUT_HOP_MS * SR / 1000;
+    uint64_t lo = d->total > (uint64_t)(CUT_SEARCH_S * SR) ? d->total - (uint64_t)(CUT_SEARCH_S * SR) : 0;
+    if (lo < d->open.start + SR) lo = d->open.start + SR; /* a window keeps at least 1 s */
+    if (lo < d->buf_start) lo = d->buf_start;
+    /* committed words must lie before the cut: they were in the hypotheses
+       of passes that ended by commit_bound */
+    if (!d->n_closed && d->commit_bound > lo) lo = d->commit_bound;
+    uint64_t best = d->total;
+    double best_e = -1;
+    for (uint64_t at = lo; at + win <= d->total; at += hop) {
+        const float *x = d->buf + (at - d->buf_start);
+        double e = 0;
+        for (size_t i = 0; i < win; i++) e += (double)x[i] * x[i];
+        if (best_e < 0 || e < best_e) best_e = e, best = at + win / 2;
+    }
+    return best;
 }
 
 int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n) {
@@ -281,15 +310,15 @@ int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n) {
             x += chunk, n -= chunk, chunk = 0; /* further calls only drain events */
         } while (rc == SOTTO_E_RANGE);
         if (d->open.id && d->total - d->open.start >= (uint64_t)(d->p.max_window_s * SR)) {
-            /* window full: finalize it here, continue in a new one */
-            uint64_t cut = d->total, id = d->open.id;
+            /* window full: finalize it at a pause, continue in a new one */
+            uint64_t cut = quiet_cut(d);
             close_open(d, cut);
             d->open.id = d->next_id++;
             d->open.start = cut;
             d->open.from = cut;
             d->open.continuations = 0;
             d->open.end = 0;
-            (void)id;
+            if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = cut;
         }
         trim(d);
     }
@@ -436,8 +465,23 @@ static int repeats_committed(const sotto_dictation *d, const int32_t *t, int n) 
     return found;
 }
 
+/* How many of t[0..n) may be committed: none from where the committed
+ * text plus them would begin a loop. */
+static int loop_free(sotto_dictation *d, const int32_t *t, int n) {
+    if (n <= 0) return 0;
+    int32_t all[2 * SOTTO_AGREEMENT_MAX_TOKENS];
+    int k = d->n_committed;
+    memcpy(all, d->committed, sizeof(int32_t) * (size_t)k);
+    memcpy(all + k, t, sizeof(int32_t) * (size_t)n);
+    sotto_repetition r;
+    if (!sotto_repetition_find(all, k + n, d->eot, &r) || r.at >= k + n) return n;
+    d->st.loops_cut++;
+    return r.at > k ? r.at - k : 0;
+}
+
 /* Adds n tokens to the committed text and tells the client. */
 static void commit(sotto_dictation *d, const int32_t *t, int n) {
+    n = loop_free(d, t, n);
     if (n <= 0) return;
     if (d->n_committed + n > SOTTO_AGREEMENT_MAX_TOKENS) n = SOTTO_AGREEMENT_MAX_TOKENS - d->n_committed;
     char *before = text_of(d, d->committed, d->n_committed);
@@ -453,6 +497,11 @@ static void commit(sotto_dictation *d, const int32_t *t, int n) {
 
 int sotto_dictation_complete_pass(sotto_dictation *d, uint64_t pass_id, const int32_t *tokens,
                                   int n) {
+    return sotto_dictation_complete_pass_flags(d, pass_id, tokens, n, 0);
+}
+
+int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
+                                        const int32_t *tokens, int n, int flags) {
     if (!d->in_flight || pass_id != d->pass.id) return SOTTO_E_INVALID;
     d->in_flight = 0;
     int keep = n;
@@ -499,21 +548,45 @@ int sotto_dictation_complete_pass(sotto_dictation *d, uint64_t pass_id, const in
         send(d, e);
         free(text);
         d->st.samples_final += w->end - w->start;
-        add_context(d, d->committed, d->n_committed);
+        if (flags & SOTTO_PASS_RESET_CONTEXT) {
+            d->n_context = 0; /* as Whisper's prompt reset: nothing earlier is carried */
+            d->st.context_resets++;
+        } else {
+            add_context(d, d->committed, d->n_committed);
+        }
         memmove(&d->closed[0], &d->closed[1], sizeof(window) * (size_t)(d->n_closed - 1));
         d->n_closed--;
         d->n_committed = 0;
         sotto_agreement_reset(&d->agr);
         const window *next = front(d);
         d->last_pass_end = next ? next->start : d->total;
+        d->prev_pass_end = d->commit_bound = d->last_pass_end;
         trim(d);
         return SOTTO_OK;
     }
     int k = 0;
     sotto_agreement_update(&d->agr, clean, m, &k);
     commit(d, clean, k);
-    d->last_pass_end = d->pass.start + d->pass.n;
+    /* agreed tokens were also in the previous pass's hypothesis */
+    if (k > 0) d->commit_bound = d->agr.n > 1 ? d->prev_pass_end : d->pass.start + d->pass.n;
+    d->last_pass_end = d->prev_pass_end = d->pass.start + d->pass.n;
     return SOTTO_OK;
+}
+
+void sotto_dictation_reject_pass(sotto_dictation *d, uint64_t pass_id) {
+    if (!d->in_flight || pass_id != d->pass.id) return;
+    if (d->pass.final) {
+        sotto_dictation_complete_pass_flags(d, pass_id, NULL, 0, SOTTO_PASS_RESET_CONTEXT);
+        return;
+    }
+    d->in_flight = 0;
+    d->st.passes_rejected++;
+    d->last_pass_end = d->pass.start + d->pass.n;
+    if (d->p.partials && d->n_pass_tokens > 0) { /* withdraw what it showed */
+        char *committed = text_of(d, d->committed, d->n_committed);
+        emit_text_event(d, "partial", d->pass.utterance, "committed", committed, "tentative", "");
+        free(committed);
+    }
 }
 
 void sotto_dictation_abandon_pass(sotto_dictation *d, uint64_t pass_id) {

@@ -12,12 +12,16 @@
  * events). At most one pass is in flight per session.
  *
  * Windows: an utterance is decoded over [utterance start, now]. When it
- * reaches max_window_s without an endpoint, it is finalized at that point
- * (its last pass covers exactly the audio its earlier passes saw, so all
- * committed text lies inside it) and the next window continues from there:
- * nothing is lost or decoded twice, though a word spoken across the cut
- * may be split. Utterances that end while the worker is busy queue up and
- * are finalized in order.
+ * reaches max_window_s without an endpoint, it is cut at the quietest
+ * point of its last CUT_SEARCH_S seconds (a pause between words, not the
+ * middle of one), finalized there, and the next window continues from the
+ * cut: nothing is lost or decoded twice. Utterances that end while the
+ * worker is busy queue up and are finalized in order.
+ *
+ * Guardrails: committed text never holds a loop. Before tokens are
+ * committed (by agreement or by a final pass), the repetition detector
+ * (engine/repetition.h) runs over the window's committed text plus the
+ * new tokens; tokens from where a loop begins are not committed.
  *
  * Events are cJSON objects handed to the emit callback (which takes
  * ownership); the session adds its sequence number. Types: speech_start,
@@ -114,6 +118,23 @@ void sotto_dictation_on_token(sotto_dictation *d, uint64_t pass_id, int32_t toke
 int sotto_dictation_complete_pass(sotto_dictation *d, uint64_t pass_id, const int32_t *tokens,
                                   int n);
 
+/* As sotto_dictation_complete_pass, with flags:
+ *   SOTTO_PASS_RESET_CONTEXT  (final passes) the window's text is final but is
+ *                             not given as context to the next window, and the
+ *                             context so far is dropped: the hypothesis needed
+ *                             temperature fallback or was cut by the guardrails,
+ *                             and a loop must not be fed forward. */
+#define SOTTO_PASS_RESET_CONTEXT 1
+int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
+                                        const int32_t *tokens, int n, int flags);
+
+/* A partial pass whose hypothesis failed the guardrails (a loop, too many
+ * words for its audio, ...): nothing is committed, the agreement does not
+ * see it, the tentative text it showed is withdrawn (a partial event with
+ * the committed text only), and the next pass is due a step later. On a
+ * final pass it is a completion with no new text and the context reset. */
+void sotto_dictation_reject_pass(sotto_dictation *d, uint64_t pass_id);
+
 /* The pass failed: its audio stays and the pass is due again later. */
 void sotto_dictation_abandon_pass(sotto_dictation *d, uint64_t pass_id);
 
@@ -127,6 +148,9 @@ typedef struct sotto_dictation_stats {
     uint64_t passes, utterances;
     uint64_t continuations;   /* extra final passes for audio a final pass left out */
     uint64_t repeats_dropped; /* continuations dropped for only repeating committed words */
+    uint64_t passes_rejected; /* partial passes that failed the guardrails */
+    uint64_t loops_cut;       /* commits cut short by the repetition detector */
+    uint64_t context_resets;  /* finals whose text was not carried as context */
 } sotto_dictation_stats;
 
 void sotto_dictation_get_stats(const sotto_dictation *d, sotto_dictation_stats *st);

@@ -80,6 +80,51 @@ static void push(sotto_dictation *d, float seconds, int loud, unsigned *seed) {
     free(x);
 }
 
+/* Loud speech-like audio with a quiet gap of gap_s seconds at gap_at
+ * (seconds from the start of x); x has n samples. */
+static void gen_with_gap(float *x, size_t n, double gap_at, double gap_s, unsigned *seed) {
+    gen(x, n, 1, seed);
+    size_t a = (size_t)(gap_at * SR), b = (size_t)((gap_at + gap_s) * SR);
+    for (size_t i = a; i < b && i < n; i++) x[i] *= 0.002f;
+}
+
+/* Streams 1 s of silence, then `loud_s` seconds of speech with a gap at
+ * gap_at (seconds into the speech), answering the partial passes with
+ * new agreed tokens (commits) or nothing; returns the absolute end of the first window (its
+ * final pass) and, in *bound, the end of the pass before the last pass
+ * that committed something. */
+static uint64_t stream_full_window(sotto_dictation *d, events *ev, double loud_s, double gap_at,
+                                   int commits, unsigned *seed, uint64_t *bound) {
+    push(d, 1.0f, 0, seed);
+    size_t n = (size_t)(loud_s * SR);
+    float *x = malloc(sizeof(float) * n);
+    gen_with_gap(x, n, gap_at, 0.15, seed);
+    uint64_t prev_end = 0, end = 0;
+    int k = 0;
+    *bound = 0;
+    for (size_t off = 0; off < n && !end; off += SR) {
+        CHECK(sotto_dictation_push(d, x + off, off + SR <= n ? SR : n - off) == SOTTO_OK);
+        const sotto_pass *ps;
+        while ((ps = sotto_dictation_take_pass(d))) {
+            if (ps->final) { /* the full window was cut */
+                end = ps->start + ps->n;
+                CHECK(sotto_dictation_complete_pass(d, ps->id, NULL, 0) == SOTTO_OK);
+                break;
+            }
+            /* each pair of passes agrees on two new tokens (or says nothing) */
+            int pair = k / 2;
+            int32_t h[2] = {1000 + 2 * pair, 1001 + 2 * pair};
+            int before = count(ev, "commit");
+            CHECK(sotto_dictation_complete_pass(d, ps->id, h, commits ? 2 : 0) == SOTTO_OK);
+            if (count(ev, "commit") > before) *bound = prev_end;
+            prev_end = ps->start + ps->n;
+            k++;
+        }
+    }
+    free(x);
+    return end;
+}
+
 static sotto_tokenizer *load_tok(void) {
     const char *src = getenv("SOTTO_SOURCE_DIR");
     char dir[1024];
@@ -293,6 +338,111 @@ int main(void) {
         CHECK(sotto_dictation_complete_pass(d, ps->id, NULL, 0) == SOTTO_OK); /* silence */
         CHECK_EQ_INT(count(&ev, "final"), 1);
         CHECK(!strcmp(str(last(&ev, "final"), "text"), " hello world"));
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+    /* ---- a full window is cut at a pause, after its committed words ------ */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        uint64_t bound = 0;
+        /* no commits: the quiet gap at 26.0 s of speech (27.0 s absolute) is
+           inside the last 3 s of the 28 s window (~0.7 .. 28.7 s) */
+        uint64_t end = stream_full_window(d, &ev, 30.0, 26.0, 0, &seed, &bound);
+        CHECK_MSG(end >= (uint64_t)(27.0 * SR) && end <= (uint64_t)(27.15 * SR),
+                  "cut at %.3f s, not in the pause at 27.0-27.15 s", (double)end / SR);
+        /* the next window starts at the cut */
+        const sotto_pass *ps = NULL;
+        push(d, 1.5f, 1, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && !ps->final && ps->start == end);
+        sotto_dictation_free(d);
+        events_clear(&ev);
+
+        /* commits late in the window: a pause before the last committed words
+           is not taken (their audio would fall into the next window) */
+        d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        end = stream_full_window(d, &ev, 30.0, 24.75, 1, &seed, &bound); /* gap 25.75-25.9 s */
+        CHECK_MSG(bound > (uint64_t)(25.9 * SR), "last commit bound %.2f s", (double)bound / SR);
+        CHECK_MSG(end >= bound, "cut at %.3f s before committed words (bound %.3f s)",
+                  (double)end / SR, (double)bound / SR);
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
+    /* ---- guardrails: a rejected partial commits nothing and is withdrawn -- */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        push(d, 1.0f, 0, &seed);
+        push(d, 1.2f, 1, &seed);
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        CHECK(ps && !ps->final);
+        int32_t h[] = {HELLO, WORLD};
+        sotto_dictation_on_token(d, ps->id, HELLO);
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h, 2) == SOTTO_OK);
+        push(d, 1.1f, 1, &seed);
+        ps = sotto_dictation_take_pass(d);
+        sotto_dictation_on_token(d, ps->id, HELLO);
+        CHECK(!strcmp(str(last(&ev, "partial"), "tentative"), " hello"));
+        sotto_dictation_reject_pass(d, ps->id); /* would have agreed on " hello" */
+        CHECK_EQ_INT(count(&ev, "commit"), 0);
+        CHECK(!strcmp(str(last(&ev, "partial"), "tentative"), "")); /* withdrawn */
+        CHECK(!sotto_dictation_pass_due(d)); /* a step later */
+        push(d, 1.1f, 1, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->n_prefix == 0);
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h, 2) == SOTTO_OK); /* agrees with pass 1 */
+        CHECK(!strcmp(str(last(&ev, "commit"), "committed"), " hello world"));
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(d, &st);
+        CHECK_EQ_INT(st.passes_rejected, 1);
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
+    /* ---- guardrails: agreement never commits a loop; a reset final ------- */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        push(d, 1.0f, 0, &seed);
+        /* two passes agree on "hello world again there" three times over */
+        int32_t loop[12];
+        for (int i = 0; i < 12; i += 4)
+            loop[i] = HELLO, loop[i + 1] = WORLD, loop[i + 2] = AGAIN, loop[i + 3] = THERE;
+        for (int i = 0; i < 2; i++) {
+            push(d, 1.1f, 1, &seed);
+            const sotto_pass *ps = sotto_dictation_take_pass(d);
+            CHECK(sotto_dictation_complete_pass(d, ps->id, loop, 12) == SOTTO_OK);
+        }
+        CHECK(!strcmp(str(last(&ev, "commit"), "committed"), " hello world again there"));
+        /* a final that repeats it once more after the prefix is cut too */
+        push(d, 1.6f, 0, &seed);
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && ps->n_prefix == 4);
+        CHECK(sotto_dictation_complete_pass_flags(d, ps->id, loop, 8, SOTTO_PASS_RESET_CONTEXT) ==
+              SOTTO_OK);
+        CHECK(!strcmp(str(last(&ev, "final"), "text"), " hello world again there"));
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(d, &st);
+        CHECK(st.loops_cut >= 2);
+        CHECK_EQ_INT(st.context_resets, 1);
+        /* the next utterance gets no context from the reset window */
+        push(d, 1.2f, 1, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->n_context == 0);
+        int32_t h[] = {HELLO};
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h, 1) == SOTTO_OK);
+        push(d, 1.6f, 0, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final);
+        CHECK(sotto_dictation_complete_pass(d, ps->id, h, 1) == SOTTO_OK);
+        push(d, 1.2f, 1, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->n_context == 1); /* an ordinary final is carried */
         sotto_dictation_free(d);
         events_clear(&ev);
     }
