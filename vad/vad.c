@@ -54,8 +54,15 @@
  * of non-speech frames; its sample is the end of the last speech frame +
  * tail_ms, not past the current position. Events wait in a queue of QUEUE;
  * a START is only made with room for it and its END.
+ *
+ * SOTTO_VAD_SILERO: the frames are 512-sample chunks classified by
+ * vad_neural.c (Silero probabilities with hysteresis); steps 1-6 do not
+ * run, and the endpointer takes R = max(1, ceil(min_speech_ms / 32 ms))
+ * with a window and a run of R: START when the last R chunks are speech
+ * (the network already integrates over time, so no margin is added).
  */
 #include "vad.h"
+#include "vad_neural.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -90,7 +97,7 @@
 #define RUN_FRAMES 4         /* START needs a run of this many speech frames (not clicks) */
 #define VETO_DB 6.0f         /* flat frames this far above the floor are not speech */
 
-#define MAX_FRAME 480
+#define MAX_FRAME 512 /* 480 for ENERGY (30 ms), 512 for SILERO */
 #define MAX_FFT 512
 #define MAX_BANDS 24
 #define MAX_STAT (STAT_MS / 10)
@@ -103,6 +110,7 @@ static const float band_edges_hz[] = {125,  250,  375,  500,  625,  750,  875,  
 
 struct sotto_vad {
     sotto_vad_params p;
+    sotto_vad_neural *nn; /* SOTTO_VAD_SILERO */
     int L, nfft, nb;
     int band_lo[MAX_BANDS], band_hi[MAX_BANDS];
     float pw_scale, gate;
@@ -143,17 +151,41 @@ sotto_vad_params sotto_vad_default_params(void) {
     p.silence_ms = 600;
     p.preroll_ms = 300;
     p.tail_ms = 300;
+    p.kind = SOTTO_VAD_ENERGY;
+    p.speech_threshold = 0.5f;
+    p.neg_threshold = 0.35f;
+    p.silero = NULL;
     return p;
 }
 
 int sotto_vad_params_check(const sotto_vad_params *p, sotto_err *err) {
     if (!p) return sotto_err_set(err, SOTTO_E_INVALID, "vad params: NULL");
-    if (p->frame_ms != 10 && p->frame_ms != 20 && p->frame_ms != 30)
-        return sotto_err_set(err, SOTTO_E_INVALID, "vad params: frame_ms %d not in {10, 20, 30}",
-                             p->frame_ms);
-    if (!(p->threshold_db >= 0.0f && p->threshold_db <= 40.0f))
-        return sotto_err_set(err, SOTTO_E_INVALID, "vad params: threshold_db %g not in 0..40",
-                             (double)p->threshold_db);
+    if (p->kind != SOTTO_VAD_ENERGY && p->kind != SOTTO_VAD_SILERO)
+        return sotto_err_set(err, SOTTO_E_INVALID,
+                             "vad params: kind %d is neither SOTTO_VAD_ENERGY (0) nor "
+                             "SOTTO_VAD_SILERO (1)",
+                             p->kind);
+    if (p->kind == SOTTO_VAD_ENERGY) {
+        if (p->frame_ms != 10 && p->frame_ms != 20 && p->frame_ms != 30)
+            return sotto_err_set(err, SOTTO_E_INVALID,
+                                 "vad params: frame_ms %d not in {10, 20, 30}", p->frame_ms);
+        if (!(p->threshold_db >= 0.0f && p->threshold_db <= 40.0f))
+            return sotto_err_set(err, SOTTO_E_INVALID, "vad params: threshold_db %g not in 0..40",
+                                 (double)p->threshold_db);
+    } else {
+        if (!p->silero)
+            return sotto_err_set(err, SOTTO_E_INVALID,
+                                 "vad params: silero (the model) is NULL but kind is "
+                                 "SOTTO_VAD_SILERO; load one with sotto_silero_load()");
+        if (!(p->speech_threshold > 0.0f && p->speech_threshold <= 1.0f))
+            return sotto_err_set(err, SOTTO_E_INVALID,
+                                 "vad params: speech_threshold %g not in (0, 1]",
+                                 (double)p->speech_threshold);
+        if (!(p->neg_threshold >= 0.0f && p->neg_threshold <= p->speech_threshold))
+            return sotto_err_set(err, SOTTO_E_INVALID,
+                                 "vad params: neg_threshold %g not in [0, speech_threshold %g]",
+                                 (double)p->neg_threshold, (double)p->speech_threshold);
+    }
     const struct {
         const char *name;
         int v;
@@ -183,6 +215,22 @@ sotto_vad *sotto_vad_create(const sotto_vad_params *p, sotto_err *err) {
         return NULL;
     }
     v->p = *p;
+    if (p->kind == SOTTO_VAD_SILERO) {
+        v->nn = sotto_vad_neural_create(p, err);
+        if (!v->nn) {
+            free(v);
+            return NULL;
+        }
+        v->L = SOTTO_SILERO_CHUNK;
+        int ms_samples = VAD_SR / 1000;
+        v->min_speech_frames = ceil_div(p->min_speech_ms * ms_samples, v->L);
+        if (v->min_speech_frames < 1) v->min_speech_frames = 1;
+        v->silence_frames = ceil_div(p->silence_ms * ms_samples, v->L);
+        if (v->silence_frames < 1) v->silence_frames = 1;
+        v->onset_frames = v->min_speech_frames;
+        v->run_frames = v->min_speech_frames;
+        return v;
+    }
     v->L = VAD_SR * p->frame_ms / 1000;
     v->nfft = 1;
     while (v->nfft < v->L) v->nfft <<= 1;
@@ -232,7 +280,11 @@ sotto_vad *sotto_vad_create(const sotto_vad_params *p, sotto_err *err) {
     return v;
 }
 
-void sotto_vad_free(sotto_vad *v) { free(v); }
+void sotto_vad_free(sotto_vad *v) {
+    if (!v) return;
+    sotto_vad_neural_free(v->nn);
+    free(v);
+}
 
 /* In-place radix-2 complex FFT of size v->nfft. */
 static void fft(sotto_vad *v) {
@@ -340,7 +392,8 @@ static void update_noise(sotto_vad *v, const float *P, float score_db) {
     }
 }
 
-static void process_frame(sotto_vad *v) {
+/* ENERGY: the frame's decision (steps 1-6 above). */
+static int classify_energy(sotto_vad *v) {
     int L = v->L, nb = v->nb;
     for (int i = 0; i < L; i++) v->re[i] = v->frame[i] * v->win[i];
     for (int i = L; i < v->nfft; i++) v->re[i] = 0.0f;
@@ -402,7 +455,12 @@ static void process_frame(sotto_vad *v) {
                 if (v->sub_min[u][k] < lo) v->sub_min[u][k] = lo;
         }
     }
+    return dec;
+}
 
+/* The endpointer, on the decision of the next frame. */
+static void endpoint(sotto_vad *v, int dec) {
+    int L = v->L;
     uint64_t f = v->frames++;
     v->dec[f % HIST] = (uint8_t)dec;
     uint64_t fend = (f + 1) * (uint64_t)L;
@@ -435,6 +493,12 @@ static void process_frame(sotto_vad *v) {
         uint64_t e = v->last_speech_end + (uint64_t)v->p.tail_ms * (VAD_SR / 1000);
         end_utterance(v, e < fend ? e : fend);
     }
+}
+
+static void process_frame(sotto_vad *v) {
+    int dec = v->nn ? sotto_vad_neural_frame(v->nn, v->frame, v->frames, v->in_speech)
+                    : classify_energy(v);
+    endpoint(v, dec);
 }
 
 static int drain(sotto_vad *v, sotto_vad_event *ev, int cap, int *n_ev) {
@@ -484,3 +548,12 @@ int sotto_vad_frame_decision(const sotto_vad *v, uint64_t frame) {
     if (!v || frame >= v->frames || v->frames - frame > HIST) return -1;
     return v->dec[frame % HIST];
 }
+
+float sotto_vad_frame_prob(const sotto_vad *v, uint64_t frame) {
+    if (!v) return -1.0f;
+    if (v->nn) return sotto_vad_neural_prob(v->nn, frame, v->frames);
+    int d = sotto_vad_frame_decision(v, frame);
+    return d < 0 ? -1.0f : (float)d;
+}
+
+int sotto_vad_frame_samples(const sotto_vad *v) { return v ? v->L : 0; }

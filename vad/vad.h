@@ -14,16 +14,35 @@
  * The decoder (stream/) decides what to do with utterances longer than a
  * window; the VAD only reports speech.
  *
- * One sotto_vad per session; cheap (a few microseconds per frame); not
- * thread-safe. No allocation after creation.
+ * Two kinds of frame decisions (sotto_vad_params.kind):
+ *   SOTTO_VAD_ENERGY  (the default) the adaptive noise-floor detector of
+ *                     vad.c, frames of frame_ms (10, 20 or 30 ms);
+ *   SOTTO_VAD_SILERO  the Silero VAD network (silero.h) on 512-sample
+ *                     (32 ms) chunks: speech when its probability is >=
+ *                     speech_threshold, or >= neg_threshold while the
+ *                     previous chunk was speech or an utterance is open
+ *                     (hysteresis, as silero's get_speech_timestamps).
+ *                     frame_ms and threshold_db are ignored.
+ * The endpointer is the same for both; for SILERO, SPEECH_START needs
+ * ceil(min_speech_ms / 32 ms) speech chunks in a row (at least 1).
+ *
+ * One sotto_vad per session; not thread-safe. ENERGY: a few microseconds
+ * per frame; SILERO: ~0.05 ms per 32 ms chunk on one core. No allocation
+ * after creation.
  */
 #ifndef SOTTO_VAD_H
 #define SOTTO_VAD_H
 
 #include "sotto_err.h"
+#include "silero.h"
 
 #include <stddef.h>
 #include <stdint.h>
+
+typedef enum sotto_vad_kind {
+    SOTTO_VAD_ENERGY = 0, /* adaptive noise floor (default) */
+    SOTTO_VAD_SILERO = 1  /* Silero VAD network */
+} sotto_vad_kind;
 
 typedef struct sotto_vad_params {
     int frame_ms;        /* analysis frame: 10, 20 or 30 (default 20) */
@@ -32,6 +51,11 @@ typedef struct sotto_vad_params {
     int silence_ms;      /* trailing silence that ends an utterance (default 600) */
     int preroll_ms;      /* audio kept before the first speech frame (default 300) */
     int tail_ms;         /* audio kept after the last speech frame (default 300) */
+    int kind;            /* a sotto_vad_kind (default SOTTO_VAD_ENERGY) */
+    /* SOTTO_VAD_SILERO only: */
+    float speech_threshold; /* speech when the probability is >= this (default 0.5) */
+    float neg_threshold;    /* ... and, inside speech, while >= this (default 0.35) */
+    const sotto_silero_model *silero; /* borrowed; must outlive the sotto_vad (default NULL) */
 } sotto_vad_params;
 
 typedef enum sotto_vad_event_type {
@@ -46,12 +70,16 @@ typedef struct sotto_vad_event {
 
 sotto_vad_params sotto_vad_default_params(void);
 
-/* Checks ranges (frame_ms in {10,20,30}, 0 <= *_ms <= 10000, threshold
- * 0..40 dB); SOTTO_E_INVALID naming the field. */
+/* Checks ranges (0 <= *_ms <= 10000; kind ENERGY or SILERO; for ENERGY:
+ * frame_ms in {10,20,30}, threshold_db 0..40 dB; for SILERO: silero not
+ * NULL, 0 < speech_threshold <= 1, 0 <= neg_threshold <= speech_threshold);
+ * SOTTO_E_INVALID naming the field. */
 int sotto_vad_params_check(const sotto_vad_params *p, sotto_err *err);
 
 typedef struct sotto_vad sotto_vad;
 
+/* NULL p: the defaults. For SILERO, p->silero is borrowed (it must outlive
+ * the sotto_vad); each sotto_vad has its own network state. */
 sotto_vad *sotto_vad_create(const sotto_vad_params *p, sotto_err *err);
 void sotto_vad_free(sotto_vad *v); /* accepts NULL */
 
@@ -65,11 +93,21 @@ int sotto_vad_push(sotto_vad *v, const float *x, size_t n, sotto_vad_event *ev, 
 int sotto_vad_finish(sotto_vad *v, sotto_vad_event *ev, int cap, int *n_ev);
 
 int sotto_vad_in_speech(const sotto_vad *v);  /* inside an utterance */
-float sotto_vad_noise_floor_db(const sotto_vad *v);
+float sotto_vad_noise_floor_db(const sotto_vad *v); /* ENERGY; -140 for SILERO */
+
+/* Samples per frame: 16 * frame_ms for ENERGY, 512 (SOTTO_SILERO_CHUNK)
+ * for SILERO. Frame i covers samples [i * n, (i + 1) * n); 0 for NULL. */
+int sotto_vad_frame_samples(const sotto_vad *v);
 
 /* Frame decisions of the last pushed frames, for tests and benchmarks:
  * 1 if frame i (absolute frame index) was classified speech (before
- * endpointing smoothing). Keeps the last 4096 frames; -1 if older. */
+ * endpointing smoothing; for SILERO after the hysteresis). Keeps the last
+ * 4096 frames; -1 if older. */
 int sotto_vad_frame_decision(const sotto_vad *v, uint64_t frame);
+
+/* Speech probability of frame i (the same last 4096 frames; -1 if older or
+ * not pushed yet): the network's output for SILERO, 1 or 0 (the decision)
+ * for ENERGY. */
+float sotto_vad_frame_prob(const sotto_vad *v, uint64_t frame);
 
 #endif
