@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """convert_silero.py - Silero VAD (v5/v6 ONNX) -> safetensors for vad/silero.c.
 
+Checked on silero_vad/data/silero_vad.onnx of silero-vad 6.2.3 (sha256
+1a153a22...) and 5.1.2 (2623a295...). faster-whisper's
+assets/silero_vad_v6.onnx is another export (inputs input/h/c, reflect
+padding of 128 on both sides, other weights) and is refused.
+
 Set-up time only (scripts/fetch_silero.sh runs it); nothing here runs when
 sotto runs. Needs the `onnx` and `numpy` packages.
 
@@ -85,7 +90,9 @@ def find_16k_branch(onnx, graph):
                     consts[n.output[0]] = onnx.numpy_helper.to_array(a.t)
     inputs = {i.name for i in graph.input}
     if "sr" not in inputs or "state" not in inputs or "input" not in inputs:
-        die(f"graph inputs are {sorted(inputs)}, expected input, state, sr (Silero VAD v5/v6)")
+        die(f"graph inputs are {sorted(inputs)}, expected input, state, sr: the silero_vad.onnx "
+            "of the silero-vad package (v5 or v6); other exports, such as faster-whisper's "
+            "silero_vad_v6.onnx (inputs input, h, c; other weights and framing), are not supported")
     for n in graph.node:
         if n.op_type != "If":
             continue
