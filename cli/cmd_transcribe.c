@@ -3,8 +3,10 @@
 #include "audio.h"
 #include "commands.h"
 #include "log.h"
+#include "silero.h"
 #include "threads.h"
 #include "transcribe.h"
+#include "vad_model.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -23,6 +25,8 @@ typedef struct cli_opts {
     out_fmt fmt;
     const char *output;
     int progress; /* -1 auto (when stderr is a terminal) */
+    const char *vad_model; /* explicit --vad-model, or NULL: the default file if present */
+    int no_vad;
     sotto_transcribe_opts t;
 } cli_opts;
 
@@ -51,12 +55,17 @@ static void usage(FILE *f) {
             "  --prefix TEXT          text forced at the start of the first window\n"
             "  --no-timestamps        decode without timestamp tokens\n"
             "  --max-new-tokens N     per window\n"
+            "  --vad-model FILE       Silero VAD weights (default %s, when present):\n"
+            "                         30 s windows in which it finds no speech are not decoded\n"
+            "  --no-vad               decode every window\n"
+            "  --no-guardrails        only Whisper's own fallback tests (no repetition detector,\n"
+            "                         no bound on words per second)\n"
             "  --format F             text (timestamped lines, default) | txt | json | srt | vtt\n"
             "  --output PATH          write there instead of standard output\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --progress / --no-progress   progress on stderr (default: when a terminal)\n"
             "  --log-level L          debug | info | warn | error\n",
-            sotto_cli_default_model());
+            sotto_cli_default_model(), SOTTO_VAD_MODEL_REL);
 }
 
 static int parse_float(const char *s, float *out) {
@@ -148,6 +157,9 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
             else goto bad;
         } else if (strcmp(a, "--output") == 0 || strcmp(a, "-o") == 0) { NEED_VALUE(); o->output = v; }
         else if (strcmp(a, "--threads") == 0) { NEED_VALUE(); if (parse_int(v, 0, 1024, &o->threads)) goto bad; }
+        else if (strcmp(a, "--vad-model") == 0) { NEED_VALUE(); o->vad_model = v; }
+        else if (strcmp(a, "--no-vad") == 0) o->no_vad = 1;
+        else if (strcmp(a, "--no-guardrails") == 0) o->t.no_repetition_guard = 1;
         else if (strcmp(a, "--progress") == 0) o->progress = 1;
         else if (strcmp(a, "--no-progress") == 0) o->progress = 0;
         else if (strcmp(a, "--log-level") == 0) {
@@ -305,6 +317,21 @@ int sotto_cmd_transcribe(int argc, char **argv) {
         if (out != stdout) fclose(out);
         return 1;
     }
+    sotto_silero_model *vad = NULL;
+    if (!o.no_vad) {
+        char buf[4096];
+        const char *path = o.vad_model ? o.vad_model : sotto_vad_model_default(buf, sizeof buf);
+        if (path && !(vad = sotto_silero_load(path, &err))) {
+            fprintf(stderr, "sotto transcribe: cannot load the VAD model: %s\n", err.msg);
+            sotto_model_free(model);
+            if (out != stdout) fclose(out);
+            return 1;
+        }
+        if (!path)
+            SOTTO_INFO("no Silero VAD model at %s (scripts/fetch_models.sh fetches it): every "
+                       "window is decoded", buf);
+    }
+    o.t.vad = vad;
     char policy[512];
     sotto_model_policy_string(model, policy, sizeof policy);
     SOTTO_INFO("model %s loaded in %.2f s: %.1f MB of weights (%s), peak RSS %.1f MB", o.model,
@@ -342,6 +369,7 @@ int sotto_cmd_transcribe(int argc, char **argv) {
         sotto_transcript_free(&tr);
     }
     sotto_model_free(model);
+    sotto_silero_model_free(vad);
     if (out != stdout && fclose(out) != 0) {
         fprintf(stderr, "sotto transcribe: error writing %s\n", o.output);
         status = 1;

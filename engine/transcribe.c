@@ -5,6 +5,7 @@
 #include "ivec.h"
 #include "log.h"
 #include "model.h"
+#include "silero.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +35,8 @@ sotto_transcribe_opts sotto_transcribe_default_opts(void) {
     o.suppress_non_speech = 1;
     o.max_initial_timestamp = 1.0f;
     o.seed = 0x5eed5eedULL;
+    o.vad_threshold = 0.5f;
+    o.vad_min_speech_ms = 250;
     return o;
 }
 
@@ -169,6 +172,40 @@ static int split_and_emit(run *R, const sotto_window_result *a, int seek, int se
     return rc;
 }
 
+/* Speech probability of every 512-sample chunk of the recording. */
+static int vad_probs(const sotto_silero_model *vm, const float *x, size_t n, float **out,
+                     size_t *n_out, sotto_err *err) {
+    size_t nc = (n + SOTTO_SILERO_CHUNK - 1) / SOTTO_SILERO_CHUNK;
+    float *p = malloc(sizeof(float) * (nc ? nc : 1));
+    sotto_silero *s = sotto_silero_create(vm, err);
+    if (!p || !s) {
+        free(p);
+        sotto_silero_free(s);
+        return err && err->code ? err->code : sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+    }
+    float chunk[SOTTO_SILERO_CHUNK];
+    for (size_t i = 0; i < nc; i++) {
+        size_t off = i * SOTTO_SILERO_CHUNK, k = n - off < SOTTO_SILERO_CHUNK ? n - off : SOTTO_SILERO_CHUNK;
+        memcpy(chunk, x + off, sizeof(float) * k);
+        memset(chunk + k, 0, sizeof(float) * (SOTTO_SILERO_CHUNK - k));
+        p[i] = sotto_silero_process(s, chunk);
+    }
+    sotto_silero_free(s);
+    *out = p;
+    *n_out = nc;
+    return SOTTO_OK;
+}
+
+/* 1 if samples [s0, s1) hold at least min_ms of speech chunks. */
+static int vad_has_speech(const float *p, size_t nc, size_t s0, size_t s1, float thr, int min_ms) {
+    size_t c0 = s0 / SOTTO_SILERO_CHUNK, c1 = (s1 + SOTTO_SILERO_CHUNK - 1) / SOTTO_SILERO_CHUNK;
+    int need = (min_ms * SOTTO_SILERO_RATE / 1000 + SOTTO_SILERO_CHUNK - 1) / SOTTO_SILERO_CHUNK, k = 0;
+    if (need < 1) need = 1;
+    for (size_t c = c0; c < c1 && c < nc; c++)
+        if (p[c] >= thr && ++k >= need) return 1;
+    return 0;
+}
+
 static void window_opts(run *R) {
     const sotto_transcribe_opts *o = R->o;
     sotto_window_opts *w = &R->wo;
@@ -203,7 +240,8 @@ int sotto_transcribe(const sotto_model *m, const float *samples, size_t n,
     R.sp = sotto_model_special(m);
     R.out = out;
     R.lang_token = R.task_token = -1;
-    float *mel = NULL, *win = NULL;
+    float *mel = NULL, *win = NULL, *speech = NULL;
+    size_t n_speech = 0;
     ivec all = {0}, prefix = {0};
     int32_t *prompt = NULL;
     int rc = SOTTO_OK;
@@ -229,6 +267,7 @@ int sotto_transcribe(const sotto_model *m, const float *samples, size_t n,
                                 err)))
         goto done;
     const int content_frames = (int)n_frames - 1;
+    if (o->vad && (rc = vad_probs(o->vad, samples, n, &speech, &n_speech, err))) goto done;
 
     /* language and task */
     const char *lang = o->language;
@@ -283,8 +322,13 @@ int sotto_transcribe(const sotto_model *m, const float *samples, size_t n,
            "you" there */
         size_t s0 = (size_t)seek * SOTTO_HOP, s1 = s0 + (size_t)segment_size * SOTTO_HOP;
         if (s1 > n) s1 = n;
-        if (s0 < s1 && sotto_audio_is_silent(samples + s0, s1 - s0)) {
-            seek += segment_size;
+        if (s0 < s1 && (sotto_audio_is_silent(samples + s0, s1 - s0) ||
+                        (speech && !vad_has_speech(speech, n_speech, s0, s1, o->vad_threshold,
+                                                   o->vad_min_speech_ms)))) {
+            /* the next window overlaps this one by 2 s, so speech that only
+               begins at its end is decoded whole */
+            int last = seek + segment_size >= content_frames;
+            seek += last || segment_size <= 400 ? segment_size : segment_size - 200;
             continue;
         }
         sotto_window_pad(mel, hp->n_mels, n_frames, (size_t)seek, segment_size, win);
@@ -325,6 +369,7 @@ done:
     if (rc) sotto_transcript_free(out);
     free(mel);
     free(win);
+    free(speech);
     free(all.v);
     free(prefix.v);
     free(prompt);

@@ -4,7 +4,8 @@
  * temperature fallback while a window fails the guardrails of decoding.h
  * (Whisper's compression-ratio and log-probability tests, sotto's
  * repetition detector and token bound), no-speech skipping, windows of
- * digital silence skipped, language detection on the first window.
+ * digital silence skipped, windows without speech skipped (with a Silero
+ * VAD model), language detection on the first window.
  *
  * Ownership: a sotto_transcript owns its segments and their strings; free
  * it with sotto_transcript_free(). Options only borrow their pointers.
@@ -55,6 +56,13 @@ typedef struct sotto_transcribe_opts {
     int max_new_tokens;         /* per window; 0 = no limit */
     int no_repetition_guard;    /* 1: none of sotto's guardrails beyond Whisper's
                                    (the repetition detector, the token bound) */
+    /* With a Silero VAD model: a window in which it finds less than
+       vad_min_speech_ms of speech (chunks with probability >= vad_threshold)
+       is not decoded, so music, noise and silence give no text. The speech
+       windows are decoded whole, as without it. */
+    const struct sotto_silero_model *vad;
+    float vad_threshold;        /* 0.5 */
+    int vad_min_speech_ms;      /* 250 */
     uint64_t seed;
     /* Called for each segment as soon as it is final; return non-zero to stop. */
     int (*on_segment)(void *user, const sotto_segment *seg);

@@ -580,6 +580,7 @@ static void run_job(srv *s, batch_job *j) {
     }
     sotto_transcribe_opts o = sotto_transcribe_default_opts();
     o.language = lang;
+    o.vad = s->silero; /* windows without speech are not decoded */
     o.task = j->translate ? SOTTO_TASK_TRANSLATE : SOTTO_TASK_TRANSCRIBE;
     o.initial_prompt = j->prompt;
     if (j->temperature > 0) { /* a given temperature starts the fallback ladder */

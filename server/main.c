@@ -5,6 +5,7 @@
 #include "log.h"
 #include "server.h"
 #include "threads.h"
+#include "vad_model.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -44,6 +45,32 @@ static int build_models(srv *s) {
     return 0;
 }
 
+/* The Silero VAD: an explicit --vad-model must load; the default file is
+ * used when present, else sessions fall back to the energy VAD (said once). */
+static int load_vad(srv *s) {
+    char buf[sizeof s->opt.vad_model];
+    const char *path = s->opt.vad_model[0] ? s->opt.vad_model : sotto_vad_model_default(buf, sizeof buf);
+    if (!path) {
+        if (s->opt.vad_kind_set && s->opt.vad_kind == SOTTO_VAD_SILERO) {
+            SOTTO_ERROR("--vad silero: no Silero model at %s (scripts/fetch_models.sh fetches it)", buf);
+            return -1;
+        }
+        if (s->opt.vad_kind == SOTTO_VAD_SILERO)
+            SOTTO_WARN("no Silero VAD model at %s (scripts/fetch_models.sh fetches it); sessions "
+                       "use the energy VAD", buf);
+        s->opt.vad_kind = SOTTO_VAD_ENERGY;
+        return 0;
+    }
+    sotto_err err;
+    if (!(s->silero = sotto_silero_load(path, &err))) {
+        SOTTO_ERROR("cannot load the VAD model: %s", err.msg);
+        return -1;
+    }
+    SOTTO_INFO("VAD: %s by default (Silero weights %s)",
+               s->opt.vad_kind == SOTTO_VAD_SILERO ? "silero" : "energy", path);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     sotto_blas_check_coretype(argv);
     static srv s;
@@ -54,6 +81,10 @@ int main(int argc, char **argv) {
         return rc > 0 ? 0 : 2;
     }
     sotto_log_set_level((sotto_log_level)s.opt.log_level);
+    if (load_vad(&s)) {
+        srv_options_free(&s.opt);
+        return 2;
+    }
     pthread_mutex_init(&s.lock, NULL);
     pthread_cond_init(&s.work, NULL);
     build_models(&s);
@@ -102,6 +133,7 @@ int main(int argc, char **argv) {
         sotto_suppression_free(&sm->sup);
         sotto_model_free(sm->model);
     }
+    sotto_silero_model_free(s.silero);
     srv_options_free(&s.opt);
     return failed ? 1 : 0;
 }

@@ -5,6 +5,7 @@
 
 #include "log.h"
 #include "mapfile.h"
+#include "vad_model.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -41,6 +42,9 @@ static void usage(FILE *f) {
             "  --max-upload-mb N      largest file for /v1/audio/transcriptions (default 25)\n"
             "  --batch-queue N        uploads queued or running at once (default 8)\n"
             "  --batch-threads N      CPU threads of the upload transcriber (default 1)\n"
+            "  --vad K                silero | energy: the sessions' default VAD (default silero\n"
+            "                         when its model is present, else energy)\n"
+            "  --vad-model FILE       Silero VAD weights (default " SOTTO_VAD_MODEL_REL ")\n"
             "  --log-level L          debug | info | warn | error (default info)\n"
             "  --config FILE          JSON with the same settings (keys without the dashes,\n"
             "                         \"model\" may be a list); the command line overrides it\n");
@@ -58,6 +62,7 @@ void srv_options_default(srv_options *o) {
     o->drain_s = 30;
     o->max_frame_bytes = 1 << 20;
     o->max_batch = 8;
+    o->vad_kind = SOTTO_VAD_SILERO;
     o->max_upload_mb = 25;
     o->batch_queue = 8;
     o->batch_threads = 1;
@@ -187,6 +192,16 @@ static int set(srv_options *o, const char *key, const char *val) {
         return add_key(o, val);
     } else if (!strcmp(key, "api-keys-file")) {
         return load_keys(o, val);
+    } else if (!strcmp(key, "vad")) {
+        if (!strcmp(val, "silero")) o->vad_kind = SOTTO_VAD_SILERO;
+        else if (!strcmp(val, "energy")) o->vad_kind = SOTTO_VAD_ENERGY;
+        else {
+            fprintf(stderr, "sotto-server: unknown VAD '%s' (silero or energy)\n", val);
+            return -1;
+        }
+        o->vad_kind_set = 1;
+    } else if (!strcmp(key, "vad-model")) {
+        snprintf(o->vad_model, sizeof o->vad_model, "%s", val);
     } else if (!strcmp(key, "log-level")) {
         sotto_log_level lv;
         if (sotto_log_parse_level(val, &lv)) {

@@ -309,6 +309,7 @@ static int start_session(srv_link *l, rt *r, const char *eid) {
     cJSON_AddNumberToObject(vad, "silence_ms", r->vad ? r->silence_ms : 10000);
     cJSON_AddNumberToObject(vad, "preroll_ms", r->prefix_ms);
     cJSON_AddNumberToObject(vad, "threshold_db", 5.0 * r->threshold); /* 0.5 -> sotto's 2.5 dB */
+    cJSON_AddNumberToObject(vad, "threshold", r->threshold > 0.01 ? r->threshold : 0.01); /* Silero's */
     cJSON_AddItemToObject(m, "vad", vad);
     int rc = srv_link_start(l, m);
     cJSON_Delete(m);

@@ -16,6 +16,7 @@
 #include "audio_in.h"
 #include "dictation.h"
 #include "linear.h"
+#include "silero.h"
 #include "transcribe.h"
 #include "whisper.h"
 
@@ -57,6 +58,9 @@ typedef struct srv_options {
     int batch_queue;          /* uploads queued or running */
     int batch_threads;        /* CPU threads of the upload transcriber */
     int log_level;
+    char vad_model[1024];     /* Silero VAD weights ("" = the default file, if present) */
+    int vad_kind;             /* sessions' default VAD: SOTTO_VAD_SILERO or _ENERGY */
+    int vad_kind_set;         /* --vad given */
 } srv_options;
 
 void srv_options_default(srv_options *o);
@@ -215,6 +219,7 @@ struct srv {
     pthread_t worker;
     int worker_started;
     srv_metrics m;
+    sotto_silero_model *silero; /* the sessions' Silero VAD weights (NULL: none) */
 };
 
 double srv_now(void); /* monotonic seconds */

@@ -110,7 +110,10 @@ static void init_session(srv *s, srv_session *ss) {
         cJSON_AddNumberToObject(e, "step_ms", ss->dp.step_ms);
         cJSON_AddNumberToObject(e, "max_window_s", ss->dp.max_window_s);
         cJSON *v = cJSON_AddObjectToObject(e, "vad");
-        cJSON_AddNumberToObject(v, "threshold_db", ss->dp.vad.threshold_db);
+        int silero = ss->dp.vad.kind == SOTTO_VAD_SILERO;
+        cJSON_AddStringToObject(v, "kind", silero ? "silero" : "energy");
+        if (silero) cJSON_AddNumberToObject(v, "threshold", ss->dp.vad.speech_threshold);
+        else cJSON_AddNumberToObject(v, "threshold_db", ss->dp.vad.threshold_db);
         cJSON_AddNumberToObject(v, "silence_ms", ss->dp.vad.silence_ms);
         cJSON_AddNumberToObject(v, "preroll_ms", ss->dp.vad.preroll_ms);
         cJSON_AddNumberToObject(v, "min_speech_ms", ss->dp.vad.min_speech_ms);

@@ -86,6 +86,21 @@ static int parse_vad(srv_session *ss, const cJSON *v, char *why, size_t whysz) {
     int r = jnum(v, "threshold_db", 0, 40, &x);
     if (r < 0) return snprintf(why, whysz, "vad.threshold_db must be a number in 0..40"), -1;
     if (r) ss->dp.vad.threshold_db = (float)x;
+    r = jnum(v, "threshold", 0.01, 1, &x);
+    if (r < 0) return snprintf(why, whysz, "vad.threshold must be a number in 0.01..1"), -1;
+    if (r) { /* Silero's speech probability; hysteresis 0.15 below it, as silero's own */
+        ss->dp.vad.speech_threshold = (float)x;
+        ss->dp.vad.neg_threshold = x > 0.15 ? (float)x - 0.15f : 0.0f;
+    }
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(v, "kind");
+    if (k) {
+        if (!cJSON_IsString(k) || (strcmp(k->valuestring, "silero") && strcmp(k->valuestring, "energy")))
+            return snprintf(why, whysz, "vad.kind must be \"silero\" or \"energy\""), -1;
+        if (!strcmp(k->valuestring, "silero") && !ss->srv->silero)
+            return snprintf(why, whysz, "vad.kind silero: this server has no Silero model "
+                                        "(start it with --vad-model)"), -1;
+        ss->dp.vad.kind = strcmp(k->valuestring, "silero") ? SOTTO_VAD_ENERGY : SOTTO_VAD_SILERO;
+    }
     return 0;
 }
 
@@ -154,6 +169,8 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
     }
     const cJSON *partials = cJSON_GetObjectItemCaseSensitive(msg, "partials");
     ss->dp = sotto_dictation_default_params();
+    ss->dp.vad.kind = s->opt.vad_kind;
+    ss->dp.vad.silero = s->silero;
     ss->dp.step_ms = (int)step;
     ss->dp.max_window_s = (float)maxw;
     ss->dp.max_backlog_s = (float)s->opt.max_buffer_s;
