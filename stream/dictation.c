@@ -465,23 +465,66 @@ static int repeats_committed(const sotto_dictation *d, const int32_t *t, int n) 
     return found;
 }
 
-/* How many of t[0..n) may be committed: none from where the committed
- * text plus them would begin a loop. */
-static int loop_free(sotto_dictation *d, const int32_t *t, int n) {
+/* The longest j <= n such that base[0..k) + t[0..j) holds no loop (base
+ * itself is loop-free: everything committed went through here). *period:
+ * the loop's pattern length when j < n. */
+static int loop_free_prefix(const sotto_dictation *d, const int32_t *base, int k, const int32_t *t,
+                            int n, int *period) {
+    int32_t all[3 * SOTTO_AGREEMENT_MAX_TOKENS];
     if (n <= 0) return 0;
-    int32_t all[2 * SOTTO_AGREEMENT_MAX_TOKENS];
-    int k = d->n_committed;
-    memcpy(all, d->committed, sizeof(int32_t) * (size_t)k);
+    if (k + n > (int)(sizeof all / sizeof all[0])) n = (int)(sizeof all / sizeof all[0]) - k;
+    memcpy(all, base, sizeof(int32_t) * (size_t)k);
     memcpy(all + k, t, sizeof(int32_t) * (size_t)n);
     sotto_repetition r;
-    if (!sotto_repetition_find(all, k + n, d->eot, &r) || r.at >= k + n) return n;
-    d->st.loops_cut++;
-    return r.at > k ? r.at - k : 0;
+    if (!sotto_repetition_find(all, k + n, d->eot, &r)) return n;
+    *period = r.period;
+    if (r.at >= k) return r.at - k;
+    /* the new tokens complete a loop whose first copy is committed: the
+       longest prefix that does not complete it */
+    int j = n - 1;
+    while (j > 0 && sotto_repetition_find(all, k + j, d->eot, &r)) j--;
+    return j;
 }
 
-/* Adds n tokens to the committed text and tells the client. */
-static void commit(sotto_dictation *d, const int32_t *t, int n) {
-    n = loop_free(d, t, n);
+/* The tokens of t[0..n) that may be committed, into out (returns the
+ * count): a partial pass commits the loop-free prefix (what agreement
+ * holds is a prefix); a final pass also skips each looping run and keeps
+ * the text after it, so that a phrase said once more than the detector
+ * allows costs that phrase, not the rest of the window. */
+static int loop_filter(sotto_dictation *d, const int32_t *t, int n, int final, int32_t *out) {
+    int32_t base[3 * SOTTO_AGREEMENT_MAX_TOKENS];
+    int k = d->n_committed, m = 0, i = 0, cuts = 0;
+    memcpy(base, d->committed, sizeof(int32_t) * (size_t)k);
+    while (i < n && cuts < 16) {
+        int period = 1, j = loop_free_prefix(d, base, k, t + i, n - i, &period);
+        memcpy(out + m, t + i, sizeof(int32_t) * (size_t)j);
+        memcpy(base + k, t + i, sizeof(int32_t) * (size_t)j);
+        m += j, k += j, i += j;
+        if (i >= n) break;
+        cuts++;
+        if (!final) break;
+        /* skip the run that continues the pattern of the last `period` text tokens */
+        int32_t pat[64];
+        int np = 0;
+        for (int q = k - 1; q >= 0 && np < period && np < 64; q--)
+            if (base[q] < d->eot) pat[np++] = base[q];
+        int step = 0;
+        while (i < n && np > 0 && (t[i] >= d->eot || t[i] == pat[np - 1 - (step % np)])) {
+            if (t[i] < d->eot) step++;
+            i++;
+        }
+        if (step == 0) i++; /* never stall */
+    }
+    if (cuts) d->st.loops_cut++;
+    return m;
+}
+
+/* Adds the loop-free part of t[0..n) to the committed text and tells the
+ * client. */
+static void commit(sotto_dictation *d, const int32_t *in, int n, int final) {
+    int32_t t[SOTTO_AGREEMENT_MAX_TOKENS];
+    if (n > SOTTO_AGREEMENT_MAX_TOKENS) n = SOTTO_AGREEMENT_MAX_TOKENS;
+    n = loop_filter(d, in, n, final, t);
     if (n <= 0) return;
     if (d->n_committed + n > SOTTO_AGREEMENT_MAX_TOKENS) n = SOTTO_AGREEMENT_MAX_TOKENS - d->n_committed;
     char *before = text_of(d, d->committed, d->n_committed);
@@ -530,7 +573,7 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
             cont = 0;
             d->st.repeats_dropped++;
         }
-        commit(d, clean, m);
+        commit(d, clean, m, 1);
         if (cont) { /* the rest gets a final pass, with the text so far as context */
             w->from = stop;
             w->continuations++;
@@ -566,7 +609,7 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
     }
     int k = 0;
     sotto_agreement_update(&d->agr, clean, m, &k);
-    commit(d, clean, k);
+    commit(d, clean, k, 0);
     /* agreed tokens were also in the previous pass's hypothesis */
     if (k > 0) d->commit_bound = d->agr.n > 1 ? d->prev_pass_end : d->pass.start + d->pass.n;
     d->last_pass_end = d->prev_pass_end = d->pass.start + d->pass.n;

@@ -423,9 +423,14 @@ int main(void) {
         push(d, 1.6f, 0, &seed);
         const sotto_pass *ps = sotto_dictation_take_pass(d);
         CHECK(ps && ps->final && ps->n_prefix == 4);
-        CHECK(sotto_dictation_complete_pass_flags(d, ps->id, loop, 8, SOTTO_PASS_RESET_CONTEXT) ==
+        /* ... and the words after the loop are kept */
+        int32_t more[10];
+        memcpy(more, loop, sizeof(int32_t) * 8);
+        more[8] = WORLD, more[9] = HELLO;
+        CHECK(sotto_dictation_complete_pass_flags(d, ps->id, more, 10, SOTTO_PASS_RESET_CONTEXT) ==
               SOTTO_OK);
-        CHECK(!strcmp(str(last(&ev, "final"), "text"), " hello world again there"));
+        CHECK_MSG(!strcmp(str(last(&ev, "final"), "text"), " hello world again there world hello"),
+                  "final '%s'", str(last(&ev, "final"), "text"));
         sotto_dictation_stats st;
         sotto_dictation_get_stats(d, &st);
         CHECK(st.loops_cut >= 2);
