@@ -166,6 +166,12 @@ def section_noisy(ctx, ck):
         if ref_loop is None:
             ck.ok(f"{label}: the whole transcript has no repetition loop", lp is None,
                   f"{lp[0]!r} x{lp[1]}" if lp else "")
+        outside = [t for _, s0, s1, t in final_rows(res) if t.strip() and not any(
+            s0 < b and a < s1 for a, b in st.segments)]
+        missed = [cid for (a, b), cid in zip(st.segments, st.ids) if not any(
+            s0 < b and a < s1 and t.strip() for _, s0, s1, t in final_rows(res))]
+        print(f"    finals with text outside every clip: {len(outside)} {outside[:3]}; clips "
+              f"no final with text overlaps: {len(missed)} {missed}")
         e, n = rooms.errors(st.reference, hyp)
         d, f = latency(res)
         print(f"    {len(res.finals())} finals, {len(rooms.words(hyp))} words (reference {n}); "
