@@ -11,7 +11,8 @@ from the dev clips by tests/ref/rooms.py (fixed seeds) and streamed at real-time
               bound: 0 dB is hard).
   continuous  5 clips of one reader joined with no gap (64.6 s, no quiet stretch of 1 s,
               so the VAD never ends the utterance and the server must cut its windows
-              itself): finals loop-free and within the word bound; streamed word errors
+              itself; checked: at least one utterance ends at the window limit): finals
+              loop-free and within the word bound; streamed word errors
               <= the offline CLI's on the same WAV (`sotto transcribe --beam 1
               --temperature 0`) + 5 (the streaming tolerance of test_web.py and
               test_compat.py); no run of 8 or more consecutive reference words missing
@@ -205,6 +206,14 @@ def section_continuous(ctx, ck):
     for (s, e), cid in zip(st.segments, st.ids):
         print(f"    clip  [{s:7.2f} - {e:7.2f}] {cid}")
     nloop = check_finals(ck, "continuous", res)
+    # what the section is for: an utterance ended by the window limit, not by a pause
+    # (no speech_end of its own; the next utterance starts where it ends)
+    ended = {e.get("utterance") for e in res.of_type("speech_end")}
+    fr = final_rows(res)
+    cuts = [f"{a[0]} at {a[2]:.2f} s ({a[2] - a[1]:.1f} s long)" for a, b in zip(fr, fr[1:])
+            if a[0] not in ended and abs(b[1] - a[2]) < 0.05]
+    ck.ok("continuous: the server cut at least one utterance at the window limit",
+          bool(cuts), ", ".join(cuts) or f"utterances ended by the VAD: {sorted(ended)}")
     hyp = res.transcript
     e, _ = rooms.errors(st.reference, hyp)
     ck.ok(f"continuous: streamed word errors {e}/{n} <= offline CLI's {e_off} + {STREAM_TOL}",
