@@ -305,17 +305,27 @@ void sotto_guard_trim(const sotto_model *m, const sotto_verdict *v, sotto_genera
 
 #define HARD_FAILURES (SOTTO_GUARD_REPETITION | SOTTO_GUARD_TOO_LONG)
 
-/* Rank of a failed attempt when all failed: lower is better. */
+/* Rank of a failed attempt when all failed, lower is better: what still
+ * fails once sotto_guard_trim has cut its loop or overflow (a loop also
+ * explains a high compression ratio). A looping greedy hypothesis, cut,
+ * is usually the right text; a sampled one that fails the log-probability
+ * test is usually invented. */
 static int failure_rank(const sotto_verdict *v) {
-    return ((v->failed & HARD_FAILURES) ? 2 : 0) + ((v->failed & SOTTO_GUARD_COMPRESSION) ? 1 : 0);
+    int left = v->failed;
+    if (left & HARD_FAILURES) left &= ~(HARD_FAILURES | SOTTO_GUARD_COMPRESSION);
+    return ((left & SOTTO_GUARD_COMPRESSION) ? 2 : 0) + ((left & SOTTO_GUARD_LOGPROB) ? 1 : 0);
 }
 
 int sotto_window_decode(const sotto_model *m, sotto_workspace *ws, sotto_state *st,
                         const int32_t *prompt, int n_prompt, const sotto_window_opts *o,
-                        double seconds, int prior_tokens, int first, sotto_window_result *out,
-                        sotto_err *err) {
-    sotto_window_result tries[SOTTO_MAX_TEMPERATURES];
+                        double seconds, int prior_tokens, int first, sotto_window_result *done,
+                        sotto_window_result *out, sotto_err *err) {
+    sotto_window_result tries[SOTTO_MAX_TEMPERATURES + 1];
     int n_tries = 0, chosen = -1, rc = SOTTO_OK;
+    if (done) { /* taken over */
+        tries[n_tries++] = *done;
+        memset(done, 0, sizeof *done);
+    }
     int n_temps = o->n_temperatures > 0 ? o->n_temperatures : 1;
     if (n_temps > SOTTO_MAX_TEMPERATURES) n_temps = SOTTO_MAX_TEMPERATURES;
     memset(out, 0, sizeof *out);
@@ -346,9 +356,10 @@ int sotto_window_decode(const sotto_model *m, sotto_workspace *ws, sotto_state *
                     a->res.avg_logprob);
     }
     int all_failed = rc == SOTTO_OK && chosen < 0 && n_tries > 0;
+    const int made = n_tries - (done ? 1 : 0);
     if (all_failed) {
-        /* the least bad: no loop or overflow first, then passing the
-           compression test, then the best average log-probability */
+        /* the least bad: fewest failures left after the cut, then the best
+           average log-probability */
         int best_rank = 99;
         for (int i = 0; i < n_tries; i++) {
             int r = failure_rank(&tries[i].v);
@@ -368,7 +379,7 @@ int sotto_window_decode(const sotto_model *m, sotto_workspace *ws, sotto_state *
     }
     if (rc) return rc;
     if (chosen < 0) return sotto_err_set(err, SOTTO_E_INTERNAL, "no decoding attempt was made");
-    out->attempts = n_tries;
+    out->attempts = made;
     out->all_failed = all_failed;
     if (all_failed) sotto_guard_trim(m, &out->v, &out->res);
     return SOTTO_OK;

@@ -155,14 +155,19 @@ typedef struct sotto_window_result {
 
 /* Decodes the window encoded in st with temperatures[first..], stopping at
  * the first attempt that passes the guardrails (or is silent). When all
- * fail, the least bad attempt is used: those without a loop or overflow
- * first, then those passing the compression test, then the best average
- * log-probability (faster-whisper's choice), reported with the last
- * temperature, and cut by sotto_guard_trim. `seconds`: the audio in the
- * window. The state needs max(beam_size, best_of) sequences. */
+ * fail, the least bad attempt is used: the one with the fewest failures
+ * left once its loop or overflow is cut (a loop explains a high
+ * compression ratio too), then the best average log-probability
+ * (faster-whisper's choice); it is reported with the last temperature and
+ * cut by sotto_guard_trim. `seconds`: the audio in the window;
+ * prior_tokens: see sotto_guard_check. `done`, if not NULL, is an attempt
+ * the caller already made (the streaming worker's batched greedy pass,
+ * with its verdict in done->v): it takes part in the choice, and the call
+ * takes over its tokens. The state needs max(beam_size, best_of)
+ * sequences. */
 int sotto_window_decode(const sotto_model *m, sotto_workspace *ws, sotto_state *st,
                         const int32_t *prompt, int n_prompt, const sotto_window_opts *o,
-                        double seconds, int prior_tokens, int first, sotto_window_result *out,
-                        sotto_err *err);
+                        double seconds, int prior_tokens, int first, sotto_window_result *done,
+                        sotto_window_result *out, sotto_err *err);
 
 #endif

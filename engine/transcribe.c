@@ -346,7 +346,7 @@ int sotto_transcribe(const sotto_model *m, const float *samples, size_t n,
         }
         sotto_window_result a;
         if ((rc = sotto_window_decode(m, R.ws, R.st, prompt, np, &R.wo, segment_size * TIME_PER_FRAME,
-                                      0, 0, &a, err)))
+                                      0, 0, NULL, &a, err)))
             goto done;
         int skip = sotto_guard_is_silent(&R.wo.guard, &a.res);
         int new_seek = seek + segment_size;

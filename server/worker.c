@@ -395,14 +395,18 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
             /* sampled attempts stop at the token bound (timestamps allowed for) */
             sotto_window_opts fo = wo;
             if (c->max_tokens > 0) fo.gen.max_new_tokens = (c->max_tokens - prior) * 3 / 2 + 8;
+            /* the greedy hypothesis takes part in the choice (cut, if all fail) */
+            sotto_window_result greedy = {.res = *r, .temperature = 0.0f, .v = v};
+            unsigned was = (unsigned)v.failed;
+            float was_lp = r->avg_logprob;
+            memset(r, 0, sizeof *r);
             if (sotto_window_decode(m, ws, jobs[i].st, c->prompt, c->n_prompt, &fo, secs, prior, 1,
-                                    &fb, &err) == SOTTO_OK) {
+                                    &greedy, &fb, &err) == SOTTO_OK) {
                 sotto_log(SOTTO_LOG_INFO, ss->id,
                           "final pass %llu failed the guardrails (0x%x, compression %.2f, "
                           "logprob %.2f); fallback to temperature %.1f%s",
-                          (unsigned long long)c->pass->id, (unsigned)v.failed, v.compression_ratio,
-                          r->avg_logprob, fb.temperature, fb.all_failed ? ", every attempt failed" : "");
-                sotto_generate_result_free(r);
+                          (unsigned long long)c->pass->id, was, v.compression_ratio, was_lp,
+                          fb.temperature, fb.all_failed ? ", every attempt failed" : "");
                 *r = fb.res;
                 v = fb.v;
                 v.failed = 0; /* fb.res is what the fallback chose (cut if all failed) */
