@@ -169,6 +169,7 @@ typedef struct srv_session {
 
     sotto_audio_in *ain;      /* service thread only */
     float *pending;           /* audio decoded before the model was ready */
+    int flush_pending;        /* a flush (commit) arrived before the model was ready (session lock) */
     size_t n_pending, cap_pending;
     uint64_t units_in;        /* PCM frames / opus packets accepted (acked) */
     uint64_t units_acked_sent;

@@ -123,6 +123,10 @@ static void init_session(srv *s, srv_session *ss) {
     free(ss->pending);
     ss->pending = NULL;
     ss->n_pending = ss->cap_pending = 0;
+    if (ss->flush_pending) { /* in the order the client sent it: after that audio */
+        sotto_dictation_flush(ss->dict, 0);
+        ss->flush_pending = 0;
+    }
     if (ss->state == SESS_STOPPING)
         sotto_dictation_flush(ss->dict, 1);
     else

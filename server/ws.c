@@ -234,7 +234,10 @@ static void on_stop(srv *s, srv_session *ss, int end_of_stream) {
     ack(s, ss, 1);
     pthread_mutex_lock(&ss->lock);
     if (end_of_stream && ss->state != SESS_DONE) ss->state = SESS_STOPPING;
-    if (ss->dict) sotto_dictation_flush(ss->dict, end_of_stream);
+    if (ss->dict)
+        sotto_dictation_flush(ss->dict, end_of_stream);
+    else if (!end_of_stream)
+        ss->flush_pending = 1; /* the model is loading: flush once the audio kept is pushed */
     pthread_mutex_unlock(&ss->lock);
     srv_worker_kick(s);
 }
