@@ -54,12 +54,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     size_t nch = (au.n + SOTTO_SILERO_CHUNK - 1) / SOTTO_SILERO_CHUNK;
-    float *x = calloc(nch ? nch * SOTTO_SILERO_CHUNK : 1, sizeof *x);
+    size_t cap = nch ? nch * SOTTO_SILERO_CHUNK : 1; /* >= au.n */
+    float *x = calloc(cap, sizeof *x);
     if (!x) {
         fprintf(stderr, "silero_probs: out of memory\n");
         return 1;
     }
-    if (au.n) memcpy(x, au.samples, au.n * sizeof *x);
+    memcpy(x, au.samples, (au.n < cap ? au.n : cap) * sizeof *x);
     if (!bench) {
         for (size_t c = 0; c < nch; c++)
             printf("%.9g\n", (double)sotto_silero_process(s, x + c * SOTTO_SILERO_CHUNK));

@@ -147,7 +147,6 @@ typedef struct job_ctx {
     int max_tokens;   /* the guardrails' bound on text tokens (prefix included) */
     int n_text;       /* text tokens so far (prefix included) */
     int n_gen;
-    int stopped;      /* generation was stopped by the guardrails */
     int32_t eot;
     int32_t prompt[MAX_PROMPT + 8];
     int n_prompt;
@@ -169,7 +168,6 @@ static int on_token(void *user, int32_t token, float logprob) {
     if (token < c->eot) c->n_text++;
     if ((c->max_tokens > 0 && c->n_text > c->max_tokens) ||
         (token < c->eot && sotto_repetition_tail(c->gen, c->n_gen, c->eot))) {
-        c->stopped = 1;
         return 1;
     }
     pthread_mutex_lock(&c->ss->lock);

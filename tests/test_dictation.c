@@ -4,6 +4,7 @@
  * pass that stops before the window's end is followed by one over the
  * rest). Uses the real tiny.en tokenizer for the event texts. */
 #include "check.h"
+#include "tiny_tokenizer.h"
 #include "dictation.h"
 #include "tokenizer.h"
 
@@ -123,16 +124,6 @@ static uint64_t stream_full_window(sotto_dictation *d, events *ev, double loud_s
     }
     free(x);
     return end;
-}
-
-static sotto_tokenizer *load_tok(void) {
-    const char *src = getenv("SOTTO_SOURCE_DIR");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/tiny.en", src && *src ? src : ".");
-    sotto_err err = {0};
-    sotto_tokenizer *tok = sotto_tokenizer_load_dir(dir, &err);
-    CHECK_MSG(tok != NULL, "cannot load the tokenizer of %s: %s", dir, err.msg);
-    return tok;
 }
 
 static int32_t tok1(const sotto_tokenizer *tok, const char *s) {

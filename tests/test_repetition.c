@@ -4,6 +4,7 @@
  * (tokenized with tiny.en's tokenizer), and every reference transcript of
  * the dev set, on which it must never fire. */
 #include "check.h"
+#include "tiny_tokenizer.h"
 #include "repetition.h"
 #include "tokenizer.h"
 
@@ -24,16 +25,6 @@ static int copies(int32_t *out, int lead, const int32_t *p, int k, int n) {
     for (int c = 0; c < n; c++)
         for (int i = 0; i < k; i++) out[m++] = p[i];
     return m;
-}
-
-static sotto_tokenizer *load_tok(void) {
-    const char *src = getenv("SOTTO_SOURCE_DIR");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/tiny.en", src && *src ? src : ".");
-    sotto_err err = {0};
-    sotto_tokenizer *tok = sotto_tokenizer_load_dir(dir, &err);
-    CHECK_MSG(tok != NULL, "cannot load the tokenizer of %s: %s", dir, err.msg);
-    return tok;
 }
 
 static int encode(const sotto_tokenizer *tok, const char *s, int32_t *ids, int cap) {
