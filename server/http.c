@@ -1,9 +1,10 @@
 /* http.c - plain HTTP on the server's port: /healthz, /metrics and the
  * static files of web/. */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "server.h"
 
 #include <libwebsockets.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ int srv_http_respond(struct lws *wsi, unsigned int status, const char *type, con
                                      (const unsigned char *)"no-store", 8, &p, end) ||
         lws_finalize_write_http_header(wsi, start, &p, end))
         return 1;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0) len = 0; /* headers only */
     unsigned char *out = malloc(LWS_PRE + len + 1);
     if (!out) return 1;
     memcpy(out + LWS_PRE, body, len);
@@ -45,8 +47,55 @@ static const char *mime_of(const char *path) {
     return "application/octet-stream";
 }
 
+/* 405 with the Allow header; the connection closes (the request may have a
+ * body that is not read). */
+static int respond_405(struct lws *wsi) {
+    static const char body[] = "method not allowed: this resource takes GET or HEAD\n";
+    unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf;
+    if (lws_add_http_common_headers(wsi, 405, "text/plain", sizeof body - 1, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_ALLOW, (const unsigned char *)"GET, HEAD",
+                                     9, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5,
+                                     &p, end) ||
+        lws_finalize_write_http_header(wsi, start, &p, end))
+        return -1;
+    unsigned char out[LWS_PRE + sizeof body];
+    memcpy(out + LWS_PRE, body, sizeof body - 1);
+    lws_write(wsi, out + LWS_PRE, sizeof body - 1, LWS_WRITE_HTTP_FINAL);
+    return -1;
+}
+
+/* Resolves path (links, "..") into out; 0 if it lies inside root (also
+ * resolved), -1 otherwise or if either does not exist. */
+static int resolve_inside(const char *root, const char *path, char out[PATH_MAX]) {
+    char r[PATH_MAX];
+    if (!realpath(root, r) || !realpath(path, out)) return -1;
+    size_t n = strlen(r);
+    if (n == 1) return 0; /* the root is "/" */
+    return strncmp(out, r, n) == 0 && out[n] == '/' ? 0 : -1;
+}
+
+/* The static files of --web: no "..", no hidden files, and nothing that a
+ * link leads out of the web root (the resolved path is what is served). */
+static int serve_static(srv *s, struct lws *wsi, const char *uri) {
+    if (uri[0] != '/' || strstr(uri, "..") || strstr(uri, "/.") || strlen(uri) > 512)
+        return srv_http_respond(wsi, 400, "text/plain", "bad path\n", 9);
+    char path[2048], real[PATH_MAX];
+    snprintf(path, sizeof path, "%s%s%s", s->opt.web_dir, uri,
+             uri[strlen(uri) - 1] == '/' ? "index.html" : "");
+    struct stat st;
+    if (!s->opt.web_dir[0] || resolve_inside(s->opt.web_dir, path, real) != 0 ||
+        stat(real, &st) != 0 || !S_ISREG(st.st_mode))
+        return srv_http_respond(wsi, 404, "text/plain", "not found\n", 10);
+    int n = lws_serve_http_file(wsi, real, mime_of(path), NULL, 0);
+    if (n < 0 || (n > 0 && lws_http_transaction_completed(wsi))) return -1;
+    return 0;
+}
+
 int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
     if (!uri) uri = "/";
+    int method = lws_http_get_uri_and_method(wsi, &(char *){NULL}, &(int){0});
+    if (method != LWSHUMETH_GET && method != LWSHUMETH_HEAD) return respond_405(wsi);
     if (strcmp(uri, "/healthz") == 0) {
         if (atomic_load(&s->draining)) return srv_http_respond(wsi, 503, "text/plain", "draining\n", 9);
         if (!atomic_load(&s->ready)) return srv_http_respond(wsi, 503, "text/plain", "loading\n", 8);
@@ -117,16 +166,5 @@ int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
         free(text);
         return rc;
     }
-    /* static files: no "..", no hidden files */
-    if (uri[0] != '/' || strstr(uri, "..") || strstr(uri, "/.") || strlen(uri) > 512)
-        return srv_http_respond(wsi, 400, "text/plain", "bad path\n", 9);
-    char path[2048];
-    snprintf(path, sizeof path, "%s%s%s", s->opt.web_dir, uri,
-             uri[strlen(uri) - 1] == '/' ? "index.html" : "");
-    struct stat st;
-    if (!s->opt.web_dir[0] || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-        return srv_http_respond(wsi, 404, "text/plain", "not found\n", 10);
-    int n = lws_serve_http_file(wsi, path, mime_of(path), NULL, 0);
-    if (n < 0 || (n > 0 && lws_http_transaction_completed(wsi))) return -1;
-    return 0;
+    return serve_static(s, wsi, uri);
 }
