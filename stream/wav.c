@@ -16,7 +16,8 @@
 #define WAV_TAG_PCM 0x0001
 #define WAV_TAG_FLOAT 0x0003
 #define WAV_TAG_EXTENSIBLE 0xFFFE
-#define WAV_MAX_RATE 384000
+#define WAV_MIN_RATE SOTTO_AUDIO_MIN_RATE
+#define WAV_MAX_RATE SOTTO_AUDIO_MAX_RATE
 #define WAV_MAX_CHANNELS 32
 
 typedef struct wav_fmt {
@@ -74,9 +75,10 @@ static int parse_fmt(const unsigned char *p, size_t size, const char *name, wav_
     if (f->channels > WAV_MAX_CHANNELS)
         return sotto_err_set(err, SOTTO_E_UNSUPPORTED, "%s: %d channels (at most %d supported)",
                              name, f->channels, WAV_MAX_CHANNELS);
-    if (rate > WAV_MAX_RATE)
-        return sotto_err_set(err, SOTTO_E_UNSUPPORTED, "%s: sample rate %u Hz above %d", name,
-                             (unsigned)rate, WAV_MAX_RATE);
+    if (rate < WAV_MIN_RATE || rate > WAV_MAX_RATE)
+        return sotto_err_set(err, SOTTO_E_UNSUPPORTED,
+                             "%s: sample rate %u Hz outside the supported %d..%d Hz", name,
+                             (unsigned)rate, WAV_MIN_RATE, WAV_MAX_RATE);
     f->rate = (int)rate;
     if (tag == WAV_TAG_EXTENSIBLE) {
         if (size < 40)
@@ -221,7 +223,13 @@ static size_t decode(const unsigned char *src, size_t frames, const wav_fmt *f, 
 
 int sotto_wav_read_mem(const void *data, size_t len, const char *name, sotto_audio *out,
                        sotto_err *err) {
+    return sotto_wav_read_mem_max(data, len, name, 0, out, err);
+}
+
+int sotto_wav_read_mem_max(const void *data, size_t len, const char *name, double max_seconds,
+                           sotto_audio *out, sotto_err *err) {
     if (!name) name = "<memory>";
+    if (!(max_seconds > 0)) max_seconds = SOTTO_AUDIO_MAX_SECONDS;
     if (!out) return sotto_err_set(err, SOTTO_E_INVALID, "%s: NULL output", name);
     memset(out, 0, sizeof *out);
     if (!data && len > 0) return sotto_err_set(err, SOTTO_E_INVALID, "%s: NULL data", name);
@@ -242,6 +250,10 @@ int sotto_wav_read_mem(const void *data, size_t len, const char *name, sotto_aud
     else if (lay.data_len % (size_t)f.block_align != 0)
         sotto_log(SOTTO_LOG_WARN, 0, "%s: data chunk ends with a partial frame (%zu bytes dropped)",
                   name, lay.data_len % (size_t)f.block_align);
+    if ((double)frames > max_seconds * f.rate)
+        return sotto_err_set(err, SOTTO_E_RANGE,
+                             "%s: %.0f s of audio, longer than the limit of %.0f s", name,
+                             (double)frames / f.rate, max_seconds);
     out->samples = malloc((frames ? frames : 1) * sizeof *out->samples);
     if (!out->samples)
         return sotto_err_set(err, SOTTO_E_NOMEM, "%s: out of memory (%zu frames)", name, frames);

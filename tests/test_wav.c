@@ -348,6 +348,8 @@ static void test_malformed(void) {
         {"bits0.wav", 34, 2, 0, SOTTO_E_UNSUPPORTED},
         {"ch33.wav", 22, 2, 33, SOTTO_E_UNSUPPORTED},
         {"rate_hi.wav", 24, 4, 384001, SOTTO_E_UNSUPPORTED},
+        {"rate_1hz.wav", 24, 4, 1, SOTTO_E_UNSUPPORTED},
+        {"rate_7999.wav", 24, 4, 7999, SOTTO_E_UNSUPPORTED},
         {"fmt_short.wav", 16, 4, 14, SOTTO_E_FORMAT},
         {"fmt_long.wav", 16, 4, 1000, SOTTO_E_FORMAT},
     };
@@ -381,6 +383,51 @@ static void test_malformed(void) {
     CHECK_EQ_INT(sotto_wav_read(path, &a, &err), SOTTO_E_NOTFOUND);
     b.len = 0;
     expect_fail("empty.wav", &b, SOTTO_E_FORMAT);
+}
+
+/* The bounds on rate and duration: a 144-byte file declaring 1 Hz (which
+ * would resample to 16000 output samples per input byte) is refused, and a
+ * file longer than the duration cap is refused before its samples are
+ * allocated, at exactly the cap. */
+static void test_bounds(void) {
+    static unsigned char raw[2 * 8001];
+    wbuf b;
+    riff_begin(&b);
+    fmt(&b, 1, 1, 1, 16, 0, 0);
+    chunk(&b, "data", raw, 100);
+    riff_end(&b);
+    CHECK_EQ_INT(b.len, 144);
+    sotto_audio a;
+    sotto_err err;
+    CHECK_EQ_INT(read_both("one_hz.wav", &b, &a, &err), SOTTO_E_UNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "8000..384000") != NULL, "%s", err.msg);
+    for (int n = 8000; n <= 8001; n++) {
+        riff_begin(&b);
+        fmt(&b, 1, 1, 8000, 8, 0, 0);
+        chunk(&b, "data", raw, (uint32_t)n); /* 8-bit: n frames, n / 8000 s */
+        riff_end(&b);
+        int rc = sotto_wav_read_mem_max(b.d, b.len, "cap.wav", 1.0, &a, &err);
+        CHECK_EQ_INT(rc, n == 8000 ? SOTTO_OK : SOTTO_E_RANGE);
+        if (rc == SOTTO_OK) {
+            CHECK_EQ_INT(a.n, 8000);
+            sotto_audio_free(&a);
+        } else {
+            CHECK(a.samples == NULL && strstr(err.msg, "limit of 1 s") != NULL);
+        }
+    }
+    /* without a cap the default applies: the same file reads whole */
+    CHECK_EQ_INT(sotto_wav_read_mem_max(b.d, b.len, "cap.wav", 0, &a, &err), SOTTO_OK);
+    CHECK_EQ_INT(a.n, 8001);
+    sotto_audio_free(&a);
+    /* a data chunk that declares 4 GB but holds 16 bytes allocates for 16 */
+    riff_begin(&b);
+    fmt(&b, 1, 1, 8000, 16, 0, 0);
+    put(&b, "data", 4);
+    put32(&b, 0xFFFFFFFFu);
+    put(&b, raw, 16);
+    CHECK_EQ_INT(sotto_wav_read_mem_max(b.d, b.len, "liar.wav", 1.0, &a, &err), SOTTO_OK);
+    CHECK_EQ_INT(a.n, 8);
+    sotto_audio_free(&a);
 }
 
 /* Every prefix of small files: < 44 (or 68) bytes fails, longer ones give
@@ -432,7 +479,8 @@ static void test_fuzz(void) {
         int rc = sotto_wav_read_mem(copy, b.len, "fuzz", &a, &err);
         if (rc == SOTTO_OK) {
             ok++;
-            CHECK(a.samples != NULL && a.channels_in >= 1 && a.sample_rate >= 1);
+            CHECK(a.samples != NULL && a.channels_in >= 1 && a.sample_rate >= 8000 &&
+                  a.sample_rate <= 384000);
             sotto_audio_free(&a);
         } else {
             failed++;
@@ -524,6 +572,7 @@ int main(void) {
     test_lenient();
     test_malformed();
     test_truncation();
+    test_bounds();
     test_fuzz();
     test_write();
     cleanup_dir();
