@@ -13,6 +13,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "compat.h"
+#include "upload_audio.h"
 
 #include "log.h"
 #include "strbuf.h"
@@ -548,7 +549,15 @@ static void run_job(srv *s, batch_job *j) {
     float *audio = NULL;
     size_t n = 0;
     double t0 = srv_now();
-    if (srv_decode_upload(j->file, j->file_len, &audio, &n, &err)) {
+    int drc = srv_decode_upload_max(j->file, j->file_len, s->opt.max_upload_s, &audio, &n, &err);
+    if (drc == SOTTO_E_RANGE) {
+        char why[SOTTO_ERR_MSG_MAX + 128];
+        snprintf(why, sizeof why, "the audio is too long: this server takes at most %.0f s per file: %s",
+                 s->opt.max_upload_s, err.msg);
+        finish_error(j, 413, "invalid_request_error", "audio_too_long", why);
+        return;
+    }
+    if (drc) {
         char why[SOTTO_ERR_MSG_MAX + 64];
         snprintf(why, sizeof why, "the file could not be decoded: %s", err.msg);
         finish_error(j, 400, "invalid_request_error", "invalid_file_format", why);
