@@ -26,8 +26,10 @@ import os
 import platform
 import re
 import statistics
+import struct
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 
@@ -52,19 +54,69 @@ LOAD_RE = re.compile(r"model (.*) loaded in ([0-9.]+) s: ([0-9.]+) MB of weights
 MB = 1e6  # every MB in the report is 10^6 bytes, as in sotto's own log
 
 
+SCALES = ("search", "calib")
+
+
 def parse_variant(spec):
-    """'nvfp4:decoder=q8' -> (label, weights, policy or None)."""
+    """'nvfp4:decoder=q8@calib' -> (label, weights, policy or None, scales or None).
+    @search: 4-bit block scales by least squared error (--scale-search);
+    @calib: weighted by the --calib file's activation statistics."""
     spec = spec.strip()
+    spec, _, scales = spec.partition("@")
     weights, _, policy = spec.partition(":")
     if weights not in FORMATS:
         raise ValueError(f"variant '{spec}': weights must be one of {', '.join(FORMATS)}")
+    scales = scales.strip() or None
+    if scales is not None and scales not in SCALES:
+        raise ValueError(f"variant '{spec}@{scales}': after @ comes one of {', '.join(SCALES)}")
     policy = policy.strip() or None
-    label = weights + (f" + {policy}" if policy else "")
-    return label, weights, policy
+    label = weights + (f" + {policy}" if policy else "") + (f" @{scales}" if scales else "")
+    return label, weights, policy, scales
 
 
-def variant_flags(weights, policy):
-    return ["--weights", weights] + (["--policy", policy] if policy else [])
+def variant_flags(args, weights, policy, scales):
+    f = ["--weights", weights] + (["--policy", policy] if policy else [])
+    if scales == "search":
+        f.append("--scale-search")
+    elif scales == "calib":
+        f += ["--calib", args.calib]
+    return f
+
+
+def crc32_file(path):
+    crc = 0
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc & 0xffffffff:08x}"
+
+
+def calib_clips(path):
+    """The clip list in a calibration file's safetensors metadata."""
+    with open(path, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        if n > 1 << 26:
+            raise ValueError(f"{path}: not a safetensors file")
+        header = json.loads(fh.read(n))
+    meta = header.get("__metadata__", {})
+    if meta.get("sotto_calib") != "1":
+        raise ValueError(f"{path}: not a sotto calibration file")
+    return json.loads(meta.get("clips", "[]"))
+
+
+def check_calib_disjoint(calib, files):
+    """Refuses (ValueError) when an evaluation clip was also a calibration clip:
+    the same bytes (size and CRC-32) or the same file name."""
+    clips = calib_clips(calib)
+    by_crc = {(c["bytes"], c["crc32"]) for c in clips}
+    names = {c["file"] for c in clips}
+    overlap = [f for f in files
+               if os.path.basename(f) in names or (os.path.getsize(f), crc32_file(f)) in by_crc]
+    if overlap:
+        raise ValueError(f"{len(overlap)} evaluation clip(s) were used for calibration "
+                         f"({calib}): {', '.join(os.path.basename(f) for f in overlap[:5])}; "
+                         "calibrate on other audio")
+    return len(clips)
 
 
 def git_describe():
@@ -86,8 +138,8 @@ def git_describe():
 # running one variant
 # --------------------------------------------------------------------------
 
-def run_info(args, weights, policy):
-    cmd = [args.sotto, "info", "--model", args.model] + variant_flags(weights, policy)
+def run_info(args, weights, policy, scales):
+    cmd = [args.sotto, "info", "--model", args.model] + variant_flags(args, weights, policy, scales)
     r = run_child(cmd, args.timeout)
     out = {"cmd": cmd, "rc": r["rc"], "maxrss_kb": r["maxrss_kb"],
            "stderr_tail": r["stderr"][-2000:]}
@@ -100,10 +152,10 @@ def run_info(args, weights, policy):
     return out
 
 
-def run_transcribe(args, weights, policy, files):
+def run_transcribe(args, weights, policy, scales, files):
     cmd = [args.sotto, "transcribe", "--model", args.model, "--format", "json", "--no-progress",
            "--threads", str(args.threads), "--beam", str(args.beam),
-           "--temperature", args.temperature] + variant_flags(weights, policy)
+           "--temperature", args.temperature] + variant_flags(args, weights, policy, scales)
     if args.best_of:
         cmd += ["--best-of", str(args.best_of)]
     cmd += files
@@ -173,17 +225,20 @@ def print_report(cond, results, ref_label, args):
           "process. WER after Whisper's English normalizer; Δ = variant WER - f32 WER in "
           f"percentage points, [paired bootstrap 95% CI, {args.resamples} resamples of the "
           f"clips, seed {args.seed}]. changed = clips whose normalized text differs from f32. "
+          "loops = clips whose transcript holds a repetition loop the reference does not "
+          "(refcommon.is_loop: a phrase 3+ times in a row over 9+ words, or over twice the "
+          "reference's words + 10). "
           "ms/clip = median per-clip transcription wall (model loaded). speed vs f32 = "
           "f32 total wall / variant total wall (>1: faster than f32).\n")
     print("| variant | policy (as sotto reports it) | weights MB | load peak RSS MB "
-          "| process peak RSS MB | WER % | Δ vs f32 pp [95% CI] | changed vs f32 "
+          "| process peak RSS MB | WER % | Δ vs f32 pp [95% CI] | changed vs f32 | loops "
           "| median ms/clip | speed vs f32 |")
-    print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     ref = results.get(ref_label)
     for label, s in results.items():
         if not s.get("ok"):
             print(f"| {label} | FAILED: {s.get('error', '?').splitlines()[0][:120]} "
-                  "| | | | | | | | |")
+                  "| | | | | | | | | |")
             continue
         if ref and ref.get("ok") and label != ref_label:
             d = f"{s['wer_diff']:+.2f} [{s['ci'][0]:+.2f}, {s['ci'][1]:+.2f}]"
@@ -195,7 +250,7 @@ def print_report(cond, results, ref_label, args):
             d, ch, sp = "n/a", "n/a", "n/a"
         print(f"| {label} | {s['policy']} | {s['weight_bytes'] / MB:.1f} "
               f"| {fmt(s['load_peak_mb'], '.1f')} | {s['process_peak_mb']:.1f} "
-              f"| {s['wer']:.2f} | {d} | {ch} | {s['median_ms']:.0f} | {sp} |")
+              f"| {s['wer']:.2f} | {d} | {ch} | {len(s['loop_ids'])} | {s['median_ms']:.0f} | {sp} |")
     print()
     ok = {k: s for k, s in results.items() if s.get("ok")}
     if ok:
@@ -218,6 +273,9 @@ def print_report(cond, results, ref_label, args):
                 ids = s["changed_ids"]
                 print(f"Changed vs f32, {label}: {', '.join(ids[:12])}"
                       f"{' ...' if len(ids) > 12 else ''}")
+        for label, s in ok.items():
+            if s["loop_ids"]:
+                print(f"Loops, {label}: {', '.join(s['loop_ids'])}")
         print()
 
 
@@ -240,6 +298,9 @@ def main():
     ap.add_argument("--variants", nargs="+", default=None,
                     help="WEIGHTS[:POLICY] ... (also ';'-separated); f32 is added as the "
                          f"reference if missing. Default: {' '.join(DEFAULT_VARIANTS)}")
+    ap.add_argument("--calib", default=None,
+                    help="calibration file (sotto calibrate) for @calib variants; refused if "
+                         "it was recorded on any of the evaluation clips")
     ap.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples (>= 2000)")
     ap.add_argument("--seed", type=int, default=20261129, help="bootstrap seed")
     ap.add_argument("--json", default=None, help="save raw per-clip results here")
@@ -259,7 +320,7 @@ def main():
         sys.exit(str(e))
     ref_label = "f32"
     if not any(v[0] == ref_label for v in variants):
-        variants.insert(0, (ref_label, "f32", None))
+        variants.insert(0, (ref_label, "f32", None, None))
     else:  # the reference runs first
         variants.sort(key=lambda v: v[0] != ref_label)
     seen = set()
@@ -282,6 +343,14 @@ def main():
     ids = {r["file"]: r["id"] for r in rows}
     seconds = {f: wav_seconds(f) for f in files}
     refs_norm = [refcommon.normalize(r["text"]) for r in rows]
+    n_calib = None
+    if any(v[3] == "calib" for v in variants):
+        if not args.calib:
+            sys.exit("@calib variants need --calib FILE")
+        try:
+            n_calib = check_calib_disjoint(args.calib, files)
+        except (OSError, ValueError) as e:
+            sys.exit(f"bench_quant: {e}")
 
     load0 = os.getloadavg()
     cond = {
@@ -297,6 +366,8 @@ def main():
                  f"{', first ' + str(args.limit) if args.limit else ''}) from {manifest}",
         "total audio s": f"{sum(seconds.values()):.2f}",
         "variants": ", ".join(v[0] for v in variants),
+        "calibration": (f"{args.calib} ({n_calib} clips, none of them an evaluation clip)"
+                        if n_calib is not None else "none"),
         "sotto": f"{args.sotto} (repo {git_describe()})",
         "process per variant": "`sotto info` then `sotto transcribe` (model loaded once for "
                                "all clips), each in a fresh process",
@@ -307,12 +378,12 @@ def main():
     warm_page_cache([os.path.join(args.model, n) for n in os.listdir(args.model)] + files)
 
     raw, results, errors = {}, {}, []
-    for label, weights, policy in variants:
+    for label, weights, policy, scales in variants:
         print(f"[{label}] info ...", file=sys.stderr, flush=True)
-        info = run_info(args, weights, policy)
+        info = run_info(args, weights, policy, scales)
         print(f"[{label}] transcribe {len(files)} clips ...", file=sys.stderr, flush=True)
-        tr = run_transcribe(args, weights, policy, files)
-        raw[label] = {"weights": weights, "policy_arg": policy, "info": info, "transcribe": tr}
+        tr = run_transcribe(args, weights, policy, scales, files)
+        raw[label] = {"weights": weights, "policy_arg": policy, "scales": scales, "info": info, "transcribe": tr}
         problems = []
         if info["rc"] != 0:
             problems.append(f"sotto info exit {info['rc']}: {info['stderr_tail'][-600:].strip()}")
@@ -337,6 +408,7 @@ def main():
                           f"reports {inf['policy']}")
         hyp = [refcommon.normalize(tr["clips"][f]["text"]) for f in files]
         e, n = clip_errors(refs_norm, hyp)
+        loop_ids = [ids[f] for f, r, h in zip(files, refs_norm, hyp) if refcommon.is_loop(r, h)]
         walls = [tr["clips"][f]["wall_seconds"] for f in files]
         results[label] = {
             "ok": True, "weights": weights, "policy_arg": policy, "policy": inf["policy"],
@@ -348,7 +420,7 @@ def main():
             "process_peak_mb": tr["maxrss_kb"] * 1024 / MB,
             "load_seconds": tr["load_seconds"], "process_wall": tr["process_wall_seconds"],
             "cpu_seconds": tr["cpu_seconds"],
-            "wer": 100.0 * e.sum() / max(n.sum(), 1), "errors": e, "words": n, "hyp": hyp,
+            "wer": 100.0 * e.sum() / max(n.sum(), 1), "errors": e, "loop_ids": loop_ids, "words": n, "hyp": hyp,
             "median_ms": 1000 * statistics.median(walls), "p90_ms": 1000 * percentile(walls, 0.9),
             "total_wall": sum(walls), "n_clips": len(files),
         }

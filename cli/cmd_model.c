@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parses "--model DIR", "--threads N", "--weights F" and "--policy P";
+/* Parses "--model DIR", "--threads N", "--weights F", "--policy P",
+ * "--nf4-double-quant", "--scale-search" and "--calib FILE";
  * positional arguments are collected into pos[]. Returns the count of
  * positionals or -1. */
 static int common_args(int argc, char **argv, const char **model, sotto_model_params *mp,
@@ -33,6 +34,10 @@ static int common_args(int argc, char **argv, const char **model, sotto_model_pa
             mp->policy = argv[++i];
         } else if (strcmp(argv[i], "--nf4-double-quant") == 0) {
             mp->nf4_double_quant = 1;
+        } else if (strcmp(argv[i], "--scale-search") == 0) {
+            mp->scale_search = 1;
+        } else if (strcmp(argv[i], "--calib") == 0 && i + 1 < argc) {
+            mp->calib = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "sotto %s: unknown option '%s'\n", argv[0], argv[i]);
             return -1;
@@ -62,7 +67,7 @@ int sotto_cmd_info(int argc, char **argv) {
     const char *model_dir, *pos[1];
     sotto_model_params mp = sotto_model_default_params();
     if (common_args(argc, argv, &model_dir, &mp, pos, 0) != 0) {
-        fprintf(stderr, "usage: sotto info [--model DIR] [--weights F] [--policy P]\n");
+        fprintf(stderr, "usage: sotto info [--model DIR] [--weights F] [--policy P] [--scale-search] [--calib FILE]\n");
         return 2;
     }
     sotto_err err;

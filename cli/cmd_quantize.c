@@ -12,7 +12,8 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: sotto quantize --weights F [--policy P] [--nf4-double-quant] [--threads N]\n"
+            "usage: sotto quantize --weights F [--policy P] [--nf4-double-quant] [--scale-search]\n"
+            "                      [--calib FILE] [--threads N]\n"
             "                      [--verify]\n"
             "                      IN_DIR OUT_DIR [CLIP.wav ...]\n"
             "\n"
@@ -68,6 +69,10 @@ int sotto_cmd_quantize(int argc, char **argv) {
             sotto_threads_set(atoi(argv[++i]));
         } else if (!strcmp(a, "--nf4-double-quant")) {
             mp.nf4_double_quant = 1;
+        } else if (!strcmp(a, "--scale-search")) {
+            mp.scale_search = 1;
+        } else if (!strcmp(a, "--calib") && i + 1 < argc) {
+            mp.calib = argv[++i];
         } else if (!strcmp(a, "--verify")) {
             verify = 1;
         } else if (a[0] == '-') {

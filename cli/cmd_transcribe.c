@@ -37,8 +37,14 @@ static void usage(FILE *f) {
             "  --model DIR            model directory (default: %s)\n"
             "  --weights F            f32 | bf16 | q8 | nf4 | nvfp4 (default f32; quantized while\n"
             "                         loading; a snapshot from `sotto quantize` keeps its own)\n"
-            "  --policy P             per-part formats, e.g. encoder=nvfp4,decoder=q8,embed=bf16\n"
+            "  --policy P             per-part formats: a preset (default: 4-bit keeps the parts\n"
+            "                         measured to need 8 bits at q8; uniform: every linear\n"
+            "                         layer in F) and/or part=format items, e.g.\n"
+            "                         uniform,decoder=q8 or encoder=nvfp4,embed=bf16\n"
             "  --nf4-double-quant     store NF4 block scales as 8-bit codes (bitsandbytes)\n"
+            "  --scale-search         4-bit block scales by least squared error, not absmax\n"
+            "  --calib FILE           weight that error by activations recorded with\n"
+            "                         `sotto calibrate` (implies --scale-search)\n"
             "  --device D             cpu | auto | cuda (default cpu; auto uses a GPU when one\n"
             "                         is usable, else the CPU, and says why in one line)\n"
             "  --language L           language code or name, or auto (multilingual models)\n"
@@ -125,6 +131,8 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
         else if (strcmp(a, "--policy") == 0) { NEED_VALUE(); o->mp.policy = v; }
         else if (strcmp(a, "--device") == 0) { NEED_VALUE(); if (sotto_device_parse(v, &o->mp.device)) goto bad; }
         else if (strcmp(a, "--nf4-double-quant") == 0) o->mp.nf4_double_quant = 1;
+        else if (strcmp(a, "--scale-search") == 0) o->mp.scale_search = 1;
+        else if (strcmp(a, "--calib") == 0) { NEED_VALUE(); o->mp.calib = v; }
         else if (strcmp(a, "--language") == 0) { NEED_VALUE(); o->t.language = v; }
         else if (strcmp(a, "--task") == 0) {
             NEED_VALUE();

@@ -10,6 +10,7 @@ int sotto_cmd_info(int argc, char **argv);
 int sotto_cmd_mel(int argc, char **argv);
 int sotto_cmd_tokens(int argc, char **argv);
 int sotto_cmd_quantize(int argc, char **argv);
+int sotto_cmd_calibrate(int argc, char **argv);
 
 /* Default model directory: $SOTTO_MODEL, else <dir of the executable>/../models/tiny.en
  * if it exists, else models/tiny.en. Returns a static buffer. */

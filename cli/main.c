@@ -17,6 +17,7 @@ static const struct {
 } k_commands[] = {
     {"transcribe", sotto_cmd_transcribe, "transcribe audio files (WAV) to text"},
     {"quantize", sotto_cmd_quantize, "write a pre-quantized snapshot (nf4, nvfp4, q8, bf16)"},
+    {"calibrate", sotto_cmd_calibrate, "record activation statistics for 4-bit quantization"},
     {"info", sotto_cmd_info, "print a model's dimensions and special tokens as JSON"},
     {"encode", sotto_cmd_encode, "dump the encoder output of a file's first window"},
     {"mel", sotto_cmd_mel, "dump the log-mel spectrogram of a WAV file"},

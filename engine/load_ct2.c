@@ -348,6 +348,7 @@ int sotto_load_ct2(sotto_model *m, const char *dir, sotto_err *err) {
     ct2_file f = {path, m->map.data, m->map.data + m->map.size, m->map.data, NULL, 0};
     if ((rc = parse(&f, err))) goto done;
     if ((rc = fill_hparams(m, &f, err))) goto done;
+    if ((rc = sotto_model_choose_policy(m, err))) goto done;
     if ((rc = sotto_model_alloc_slots(m, err))) goto done;
     for (int i = 0; i < f.n_vars; i++)
         if ((rc = put_var(m, &f, &f.vars[i], err))) goto done;

@@ -455,6 +455,7 @@ int sotto_load_hf(sotto_model *m, const char *dir, sotto_err *err) {
     hf_load L = {m, NULL};
     int rc = read_config(m, dir, err);
     if (rc) return rc;
+    if ((rc = sotto_model_choose_policy(m, err))) return rc;
     if ((rc = sotto_snapshot_read_recipe(m, dir, &L.recipe, err))) return rc;
     if ((rc = sotto_model_alloc_slots(m, err))) goto done;
     if ((rc = list_shards(dir, &shards, &n_shards, err))) goto done;

@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model.h"
 
+#include "calib.h"
+
 #include "gpu.h"
 
 #include "half.h"
@@ -75,6 +77,24 @@ static void add_lin(slot_builder *sb, const char *prefix, int64_t out, int64_t i
     add_slot(sb, name, out, in, 1, part, NULL, &lin->w);
     snprintf(name, sizeof name, "%s.b", prefix);
     add_slot(sb, name, 1, out, bias_required, part, &lin->b, NULL);
+}
+
+sotto_wfmt sotto_model_asked_weights(const sotto_model *m) {
+    return m->params.weights == SOTTO_WFMT_DEFAULT ? SOTTO_WFMT_F32 : m->params.weights;
+}
+
+int sotto_model_choose_policy(sotto_model *m, sotto_err *err) {
+    int rc = sotto_policy_resolve(&m->policy, sotto_model_asked_weights(m), m->hp.n_audio_state,
+                                  m->params.policy, err);
+    if (rc || !m->calib) return rc;
+    char want[128];
+    sotto_calib_model_string(m, want, sizeof want);
+    if (strcmp(want, sotto_calib_model(m->calib)) != 0)
+        return sotto_err_set(err, SOTTO_E_INVALID,
+                             "calibration file %s was recorded on another model (%s; this one "
+                             "is %s)",
+                             sotto_calib_path(m->calib), sotto_calib_model(m->calib), want);
+    return SOTTO_OK;
 }
 
 int sotto_model_alloc_slots(sotto_model *m, sotto_err *err) {
@@ -298,6 +318,14 @@ static int store_matrix(sotto_model *m, sotto_slot *s, const sotto_src_tensor *s
     }
     w->data = data;
     w->scales = scales;
+    sotto_quant_opts qo = {m->params.scale_search || m->calib, NULL};
+    if (m->calib && (f == SOTTO_WFMT_NF4 || f == SOTTO_WFMT_NVFP4) &&
+        !(qo.importance = sotto_calib_get(m->calib, s->name, cols))) {
+        rc = sotto_err_set(err, SOTTO_E_NOTFOUND,
+                           "%s: calibration file %s has no statistics for %s (%lld columns)",
+                           m->dir, sotto_calib_path(m->calib), s->name, (long long)cols);
+        goto done;
+    }
     if (f == SOTTO_WFMT_NVFP4) { /* the global scale needs the whole tensor's amax */
         float amax = 0.0f;
         for (int64_t r = 0; r < rows && rc == 0; r += QUANT_CHUNK_ROWS) {
@@ -328,7 +356,7 @@ static int store_matrix(sotto_model *m, sotto_slot *s, const sotto_src_tensor *s
                 }
             if (rc == 0) memcpy((float *)data + r * cols, chunk, sizeof(float) * (size_t)(nr * cols));
         } else {
-            rc = sotto_quantize_rows(w, data, scales, chunk, (int)r, (int)nr);
+            rc = sotto_quantize_rows_opt(w, data, scales, chunk, (int)r, (int)nr, &qo);
             if (rc)
                 sotto_err_set(err, rc, "%s: tensor '%s' cannot be quantized to %s%s", src->file,
                               src->name, sotto_wfmt_name(f),
@@ -724,13 +752,17 @@ sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params,
         sotto_err_set(err, SOTTO_E_INVALID, "unknown weight format %d", (int)p.weights);
         goto fail;
     }
-    m->policy = sotto_policy_default(p.weights == SOTTO_WFMT_DEFAULT ? SOTTO_WFMT_F32 : p.weights);
-    if (sotto_policy_apply(&m->policy, p.policy, err)) goto fail;
+    /* the policy's syntax is checked now; its size-dependent default is
+     * chosen by the reader once the dimensions are known */
+    if (sotto_policy_resolve(&m->policy, sotto_model_asked_weights(m), 0, p.policy, err)) goto fail;
+    if (p.calib && !(m->calib = sotto_calib_load(p.calib, err))) goto fail;
     m->tok = sotto_tokenizer_load_dir(dir, err);
     if (!m->tok) goto fail;
     int rc = fmt == SOTTO_MODEL_FORMAT_CT2 ? sotto_load_ct2(m, dir, err) : sotto_load_hf(m, dir, err);
     if (rc) goto fail;
     m->format_name = fmt == SOTTO_MODEL_FORMAT_CT2 ? "ct2" : "hf";
+    sotto_calib_free(m->calib);
+    m->calib = NULL;
     if (check_formats(m, err)) goto fail;
     if (resolve_special(m, err)) goto fail;
     if (sotto_tokenizer_n_vocab(m->tok) > m->hp.n_vocab + 1)
@@ -753,6 +785,7 @@ fail:
 
 void sotto_model_free(sotto_model *m) {
     if (!m) return;
+    sotto_calib_free(m->calib);
     sotto_gpu_model_free(m->gpu);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);

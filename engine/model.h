@@ -114,6 +114,7 @@ struct sotto_model {
     int n_default_suppress;
 
     sotto_policy policy;  /* formats the linear layers are stored in */
+    struct sotto_calib *calib; /* while loading: params.calib, loaded */
     int from_snapshot;    /* loaded pre-quantized (formats fixed by the file) */
     size_t load_peak_rss; /* VmHWM after loading, bytes (0 if unknown) */
     size_t largest_tensor; /* bytes of the largest checkpoint tensor */
@@ -134,6 +135,14 @@ struct sotto_model {
 /* 1 if the caller chose formats (--weights or --policy), which a
  * pre-quantized checkpoint must then match. */
 int sotto_model_formats_asked(const sotto_model *m);
+
+/* The weight format asked for (float32 when none). */
+sotto_wfmt sotto_model_asked_weights(const sotto_model *m);
+
+/* Sets m->policy from the caller's weights and policy string for m->hp's
+ * size (policy.h's presets). Readers call it once m->hp is filled, before
+ * any tensor is put or a snapshot recipe is compared. */
+int sotto_model_choose_policy(sotto_model *m, sotto_err *err);
 
 /* Creates the slot table for m->hp (after the reader filled it). */
 int sotto_model_alloc_slots(sotto_model *m, sotto_err *err);

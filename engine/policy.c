@@ -13,11 +13,62 @@ const char *sotto_policy_part_name(sotto_policy_part part) {
 
 static int is_4bit(sotto_wfmt f) { return f == SOTTO_WFMT_NF4 || f == SOTTO_WFMT_NVFP4; }
 
-sotto_policy sotto_policy_default(sotto_wfmt weights) {
+sotto_policy sotto_policy_uniform(sotto_wfmt weights) {
     sotto_policy p;
     for (int i = 0; i < SOTTO_POLICY_COUNT; i++) p.fmt[i] = weights;
     if (is_4bit(weights)) p.fmt[SOTTO_POLICY_EMBED] = SOTTO_WFMT_Q8;
     return p;
+}
+
+/* Parts a 4-bit default keeps at Q8, per format and model size: the
+ * cheapest set (in bytes) whose dev-set WER was within the paired-bootstrap
+ * 95% CI of f32 with no looping clip (docs/PERF.md, "4-bit defaults by
+ * measurement"). Sizes not measured take the nearest measured size's rule. */
+typedef struct keep_rule {
+    int max_state;              /* models up to this encoder width */
+    unsigned nf4_q8, nvfp4_q8;  /* bit i: part i stays at Q8 */
+} keep_rule;
+
+#define BIT(p) (1u << (p))
+static const keep_rule k_keep[] = {
+    {384, 0, 0},     /* tiny: filled in from the measurement */
+    {1 << 30, 0, 0}, /* base and larger */
+};
+#undef BIT
+
+sotto_policy sotto_policy_default_for(sotto_wfmt weights, int n_state) {
+    sotto_policy p = sotto_policy_uniform(weights);
+    if (!is_4bit(weights) || n_state <= 0) return p;
+    const keep_rule *r = &k_keep[0];
+    while (n_state > r->max_state) r++;
+    unsigned keep = weights == SOTTO_WFMT_NF4 ? r->nf4_q8 : r->nvfp4_q8;
+    for (int i = 0; i < SOTTO_POLICY_COUNT; i++)
+        if (keep & (1u << i)) p.fmt[i] = SOTTO_WFMT_Q8;
+    return p;
+}
+
+int sotto_policy_resolve(sotto_policy *out, sotto_wfmt weights, int n_state, const char *spec,
+                         sotto_err *err) {
+    static const struct {
+        const char *name;
+        int uniform;
+    } presets[] = {{"default", 0}, {"uniform", 1}};
+    int uniform = 0;
+    if (spec) {
+        for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+            size_t n = strlen(presets[i].name);
+            if (strncmp(spec, presets[i].name, n) == 0 && (spec[n] == '\0' || spec[n] == ',')) {
+                uniform = presets[i].uniform;
+                if (spec[n] == ',' && spec[n + 1] == '\0')
+                    return sotto_err_set(err, SOTTO_E_INVALID,
+                                         "policy '%s' ends with a comma", spec);
+                spec += n + (spec[n] == ',');
+                break;
+            }
+        }
+    }
+    *out = uniform ? sotto_policy_uniform(weights) : sotto_policy_default_for(weights, n_state);
+    return sotto_policy_apply(out, spec, err);
 }
 
 int sotto_policy_has_4bit(const sotto_policy *p) {
@@ -63,7 +114,9 @@ int sotto_policy_apply(sotto_policy *p, const char *overrides, sotto_err *err) {
             const char *eq = memchr(s, '=', len);
             if (!eq)
                 return sotto_err_set(err, SOTTO_E_INVALID,
-                                     "policy item '%.*s' is not part=format", (int)len, s);
+                                     "policy item '%.*s' is not part=format (a preset, "
+                                     "default or uniform, may only come first)",
+                                     (int)len, s);
             char fmt_name[16];
             size_t fl = len - (size_t)(eq + 1 - s);
             if (fl == 0 || fl >= sizeof fmt_name)

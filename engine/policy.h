@@ -5,10 +5,16 @@
  * embedding (tied with the output projection). Convolutions, positional
  * embeddings, layer norms and biases always stay float32.
  *
- * Defaults for `--weights W` follow what is known about 4-bit Whisper
- * (../shared/BACKGROUND.md): every linear layer in W, the embedding in W
- * when W has 8 bits or more, else Q8 (a 4-bit embedding broke language
- * detection on whisper-tiny).
+ * Two presets for `--weights W`:
+ *   "uniform": every linear layer in W; the embedding in W when W has 8
+ *     bits or more, else Q8 (a 4-bit embedding broke language detection on
+ *     whisper-tiny, ../shared/BACKGROUND.md);
+ *   "default": uniform, except that for 4-bit W the parts whose 4-bit
+ *     error was measured to cost words stay at Q8. Which parts depends on
+ *     the model's size (its encoder width), per docs/PERF.md's measurement.
+ * A policy string is an optional preset name followed by overrides,
+ * "uniform", "uniform,decoder.mlp=q8" or just "decoder=q8" (on top of
+ * "default").
  *
  * Overrides are a comma-separated list of part=format, e.g.
  *   "encoder=nvfp4,decoder=bf16"  "decoder.mlp=q8,embed=bf16"  "all=nf4"
@@ -36,8 +42,19 @@ typedef struct sotto_policy {
     sotto_wfmt fmt[SOTTO_POLICY_COUNT];
 } sotto_policy;
 
-/* The defaults for one weight format. */
-sotto_policy sotto_policy_default(sotto_wfmt weights);
+/* The "uniform" preset of one weight format (see above). */
+sotto_policy sotto_policy_uniform(sotto_wfmt weights);
+
+/* The "default" preset of a weight format for a model of encoder width
+ * n_state (384 tiny, 512 base, 768 small, 1024 medium, 1280 large and
+ * large-v3-turbo); n_state 0 (not known yet) gives the uniform preset. */
+sotto_policy sotto_policy_default_for(sotto_wfmt weights, int n_state);
+
+/* *out = the preset named at the start of spec ("default" when spec does not
+ * start with a preset name) for weights and n_state, then spec's
+ * overrides. spec NULL or "" gives the default preset. */
+int sotto_policy_resolve(sotto_policy *out, sotto_wfmt weights, int n_state, const char *spec,
+                         sotto_err *err);
 
 /* Applies overrides ("encoder=nvfp4,...") on top of *p. NULL/"" is a no-op. */
 int sotto_policy_apply(sotto_policy *p, const char *overrides, sotto_err *err);

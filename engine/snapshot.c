@@ -42,7 +42,7 @@ int sotto_snapshot_read_recipe(sotto_model *m, const char *dir, cJSON **recipe, 
         return sotto_err_set(err, SOTTO_E_UNSUPPORTED, "%s: recipe version %d (this sotto reads %d)",
                              path, ver->valueint, RECIPE_VERSION);
     }
-    sotto_policy p = sotto_policy_default(SOTTO_WFMT_F32);
+    sotto_policy p = sotto_policy_uniform(SOTTO_WFMT_F32);
     if ((rc = sotto_policy_apply(&p, pol->valuestring, err))) {
         cJSON_Delete(r);
         return sotto_err_set(err, rc, "%s: %s", path, err ? err->msg : "bad policy");

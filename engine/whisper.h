@@ -79,6 +79,9 @@ typedef struct sotto_model_params {
     const char *policy;        /* per-part overrides, see policy.h ("encoder=nf4,..."), or NULL */
     int nf4_double_quant;      /* NF4 absmax stored as 8-bit codes (bitsandbytes' double quant) */
     sotto_device device;       /* CPU (the default), AUTO or CUDA */
+    int scale_search;          /* 4-bit block scales chosen by least squared error instead of
+                                * from the absmax (quant.h); implied by calib */
+    const char *calib;         /* calibration file (calib.h) weighting that error, or NULL */
 } sotto_model_params;
 
 typedef struct sotto_model sotto_model;

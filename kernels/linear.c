@@ -167,10 +167,20 @@ static void linear_any(const sotto_wmat *w, const float *bias, const float *x, i
     add_bias(y, bias, n, w->rows);
 }
 
+static sotto_linear_observer g_observer;
+static void *g_observer_ctx;
+
+void sotto_linear_set_observer(sotto_linear_observer fn, void *ctx) {
+    g_observer = fn;
+    g_observer_ctx = ctx;
+}
+
 void sotto_linear(const sotto_wmat *w, const float *bias, const float *x, int n, float *y) {
+    if (g_observer) g_observer(g_observer_ctx, w, x, n);
     linear_any(w, bias, x, n, y, 0);
 }
 
 void sotto_linear_acc(const sotto_wmat *w, const float *bias, const float *x, int n, float *y) {
+    if (g_observer) g_observer(g_observer_ctx, w, x, n);
     linear_any(w, bias, x, n, y, 1);
 }

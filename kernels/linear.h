@@ -81,6 +81,13 @@ void sotto_linear(const sotto_wmat *w, const float *bias, const float *x, int n,
 /* y[n][rows] += x[n][cols] * W^T (+ bias): accumulate into y (residual add). */
 void sotto_linear_acc(const sotto_wmat *w, const float *bias, const float *x, int n, float *y);
 
+/* An observer sees the input of every sotto_linear / sotto_linear_acc call
+ * (x: [n][w->cols]) before it runs; calibration (engine/calib.h) records
+ * activation statistics with it. One process-wide observer, NULL to remove;
+ * set it only while no other thread runs linear layers. */
+typedef void (*sotto_linear_observer)(void *ctx, const sotto_wmat *w, const float *x, int n);
+void sotto_linear_set_observer(sotto_linear_observer fn, void *ctx);
+
 /* Dequantizes rows [r0, r0 + nr) of W into dst[nr][cols]. */
 void sotto_wmat_dequantize_rows(const sotto_wmat *w, int r0, int nr, float *dst);
 

@@ -328,6 +328,123 @@ static void quant_nvfp4_row(uint8_t *q, uint8_t *scales, const float *x, int col
     }
 }
 
+/* ---- scale search ------------------------------------------------------------
+ * Round-to-nearest takes each block's scale from its absmax. The search
+ * tries smaller scales too (clipping the largest weights so that the rest get
+ * finer steps) and keeps the one with the least squared error, each column's
+ * error weighted by its importance (E[x^2] of the layer's input). The
+ * absmax scale is always a candidate and wins ties, so the search never does
+ * worse than round-to-nearest on its own measure. */
+
+#define NF4_SEARCH_STEPS 20 /* scales amax * (1 - k / 80), k = 0..20: down to 0.75 amax */
+
+static float nf4_block_error(const float *x, const float *h, int n, float scale) {
+    float inv = 1.0f / scale, e = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float d = x[i] - sotto_nf4_code[sotto_nf4_encode(x[i] * inv)] * scale;
+        e += (h ? h[i] : 1.0f) * d * d;
+    }
+    return e;
+}
+
+static void quant_nf4_row_search(uint8_t *q, float *absmax, const float *x, const float *h,
+                                 int cols) {
+    for (int b = 0; b < cols / 64; b++) {
+        const float *xb = x + b * 64, *hb = h ? h + b * 64 : NULL;
+        float amax = 0.0f;
+        for (int i = 0; i < 64; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        uint8_t *qb = q + b * 32;
+        if (amax == 0.0f) {
+            absmax[b] = 0.0f;
+            memset(qb, 0x00, 32);
+            continue;
+        }
+        float best = amax, best_e = nf4_block_error(xb, hb, 64, amax);
+        for (int k = 1; k <= NF4_SEARCH_STEPS; k++) {
+            float sc = amax * (1.0f - (float)k / 80.0f);
+            float e = nf4_block_error(xb, hb, 64, sc);
+            if (e < best_e) best_e = e, best = sc;
+        }
+        absmax[b] = best;
+        float inv = 1.0f / best;
+        for (int i = 0; i < 32; i++) {
+            uint8_t hi = sotto_nf4_encode(xb[2 * i] * inv);
+            uint8_t lo = sotto_nf4_encode(xb[2 * i + 1] * inv);
+            qb[i] = (uint8_t)((hi << 4) | lo);
+        }
+    }
+}
+
+static float clamp6(float v) { return v > 6.0f ? 6.0f : v < -6.0f ? -6.0f : v; }
+
+static float nvfp4_block_error(const float *x, const float *h, int n, float div) {
+    float e = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float d = x[i] - sotto_e2m1_decode(sotto_e2m1_encode(clamp6(x[i] / div))) * div;
+        e += (h ? h[i] : 1.0f) * d * d;
+    }
+    return e;
+}
+
+#define NVFP4_SEARCH_CODES 4 /* E4M3 codes below the round-to-nearest one (to about 0.6x),
+                               * and the one above it */
+
+static void quant_nvfp4_row_search(uint8_t *q, uint8_t *scales, const float *x, const float *h,
+                                   int cols, float gp) {
+    for (int b = 0; b < cols / 16; b++) {
+        const float *xb = x + b * 16, *hb = h ? h + b * 16 : NULL;
+        float amax = 0.0f;
+        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float s = gp * (amax / 6.0f);
+        s = s > 448.0f ? 448.0f : s;
+        uint8_t sc = sotto_e4m3_encode(s);
+        if ((sc & 0x7f) == 0) sc = 0x20; /* as round-to-nearest */
+        uint8_t best = sc;
+        float best_e = nvfp4_block_error(xb, hb, 16, sotto_e4m3_table[sc] / gp);
+        /* positive E4M3 codes are ordered like their values */
+        for (int k = -1; k <= NVFP4_SEARCH_CODES; k++) {
+            int ci = (int)sc - k;
+            if (k == 0 || ci < 1 || ci > 0x7e) continue;
+            uint8_t c = (uint8_t)ci;
+            float e = nvfp4_block_error(xb, hb, 16, sotto_e4m3_table[c] / gp);
+            if (e < best_e) best_e = e, best = c;
+        }
+        scales[b] = best;
+        float div = sotto_e4m3_table[best] / gp;
+        uint8_t *qb = q + b * 8;
+        for (int i = 0; i < 8; i++)
+            qb[i] = (uint8_t)(sotto_e2m1_encode(clamp6(xb[2 * i] / div)) |
+                              (sotto_e2m1_encode(clamp6(xb[2 * i + 1] / div)) << 4));
+    }
+}
+
+int sotto_quantize_rows_opt(sotto_wmat *w, void *data, void *scales, const float *src, int r0,
+                            int nr, const sotto_quant_opts *o) {
+    int four = w->fmt == SOTTO_WFMT_NF4 || w->fmt == SOTTO_WFMT_NVFP4;
+    if (!o || !o->search || !four) return sotto_quantize_rows(w, data, scales, src, r0, nr);
+    const int cols = w->cols;
+    const int block = sotto_wfmt_block(w->fmt);
+    if (block <= 0 || cols <= 0 || cols % block || r0 < 0 || nr < 0 || r0 + nr > w->rows)
+        return SOTTO_E_INVALID;
+    if (!all_finite(src, (size_t)nr * (size_t)cols)) return SOTTO_E_FORMAT;
+    if (o->importance && !all_finite(o->importance, (size_t)cols)) return SOTTO_E_FORMAT;
+    const size_t base = (size_t)r0 * (size_t)cols;
+    if (w->fmt == SOTTO_WFMT_NF4) {
+        for (int r = 0; r < nr; r++)
+            quant_nf4_row_search((uint8_t *)data + (base + (size_t)r * cols) / 2,
+                                 (float *)scales + (base + (size_t)r * cols) / 64,
+                                 src + (size_t)r * cols, o->importance, cols);
+        return 0;
+    }
+    float g = w->global_scale;
+    if (!(g > 0.0f) || isinf(g)) return SOTTO_E_INVALID;
+    for (int r = 0; r < nr; r++)
+        quant_nvfp4_row_search((uint8_t *)data + (base + (size_t)r * cols) / 2,
+                               (uint8_t *)scales + (base + (size_t)r * cols) / 16,
+                               src + (size_t)r * cols, o->importance, cols, 1.0f / g);
+    return 0;
+}
+
 int sotto_quantize_rows(sotto_wmat *w, void *data, void *scales, const float *src, int r0,
                         int nr) {
     const int cols = w->cols;

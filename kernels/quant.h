@@ -54,6 +54,23 @@ float sotto_e4m3_decode(uint8_t code);
 int sotto_quantize_rows(sotto_wmat *w, void *data, void *scales, const float *src, int r0,
                         int nr);
 
+/* Options of the 4-bit quantizers (NF4, NVFP4; other formats ignore them). */
+typedef struct sotto_quant_opts {
+    int search;               /* 0: round to nearest, each block's scale from its absmax
+                               * (bitsandbytes / compressed-tensors exactly); 1: per block,
+                               * the candidate scale with the least squared error (absmax
+                               * and smaller ones, which clip the largest weights; the
+                               * absmax scale wins ties) */
+    const float *importance;  /* [cols] weight of each input column in that error, e.g.
+                               * E[x^2] of the layer's input on calibration audio; NULL:
+                               * all 1 (plain weight error). Borrowed for the call. */
+} sotto_quant_opts;
+
+/* sotto_quantize_rows with options; o NULL or o->search 0 is exactly
+ * sotto_quantize_rows. SOTTO_E_FORMAT also for a non-finite importance. */
+int sotto_quantize_rows_opt(sotto_wmat *w, void *data, void *scales, const float *src, int r0,
+                            int nr, const sotto_quant_opts *o);
+
 /* Multiplier that makes the largest block scale land on E4M3's max:
  * amax / (6 * 448); 1 when amax is 0. */
 float sotto_nvfp4_global_scale(float tensor_amax);

@@ -10,15 +10,15 @@
 #include <string.h>
 
 static void test_defaults_and_overrides(void) {
-    sotto_policy p = sotto_policy_default(SOTTO_WFMT_NF4);
+    sotto_policy p = sotto_policy_uniform(SOTTO_WFMT_NF4);
     for (int i = 0; i < SOTTO_POLICY_EMBED; i++) CHECK(p.fmt[i] == SOTTO_WFMT_NF4);
     CHECK(p.fmt[SOTTO_POLICY_EMBED] == SOTTO_WFMT_Q8); /* embedding stays >= 8 bits */
     CHECK(sotto_policy_has_4bit(&p));
-    p = sotto_policy_default(SOTTO_WFMT_BF16);
+    p = sotto_policy_uniform(SOTTO_WFMT_BF16);
     CHECK(p.fmt[SOTTO_POLICY_EMBED] == SOTTO_WFMT_BF16 && !sotto_policy_has_4bit(&p));
 
     sotto_err err;
-    p = sotto_policy_default(SOTTO_WFMT_F32);
+    p = sotto_policy_uniform(SOTTO_WFMT_F32);
     /* specific keys win whatever their order */
     CHECK(sotto_policy_apply(&p, "decoder.mlp=q8,decoder=nvfp4,all=bf16", &err) == 0);
     CHECK(p.fmt[SOTTO_POLICY_ENC_ATTN] == SOTTO_WFMT_BF16);
@@ -35,12 +35,12 @@ static void test_defaults_and_overrides(void) {
     CHECK_STR(buf, "encoder.attn=bf16,encoder.mlp=bf16,decoder.attn=nvfp4,decoder.cross=nvfp4,"
                    "decoder.mlp=q8,embed=nf4");
     /* the printed form parses back to the same policy */
-    sotto_policy r = sotto_policy_default(SOTTO_WFMT_F32);
+    sotto_policy r = sotto_policy_uniform(SOTTO_WFMT_F32);
     CHECK(sotto_policy_apply(&r, buf, &err) == 0 && memcmp(&r, &p, sizeof r) == 0);
 
     const char *bad[] = {"encoder", "encoder=", "encoder=int3", "tail=nf4", "=nf4", "encoder=nf4,,"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        sotto_policy q = sotto_policy_default(SOTTO_WFMT_F32);
+        sotto_policy q = sotto_policy_uniform(SOTTO_WFMT_F32);
         int rc = sotto_policy_apply(&q, bad[i], &err);
         CHECK_MSG(rc == SOTTO_E_INVALID && err.msg[0], "'%s' accepted", bad[i]);
     }
@@ -59,6 +59,52 @@ static void test_parts(void) {
         CHECK_MSG(sotto_policy_part_of(dense[i]) == -1, "%s is not dense", dense[i]);
 }
 
+static void test_presets(void) {
+    sotto_err err;
+    sotto_policy p, u = sotto_policy_uniform(SOTTO_WFMT_NF4);
+    const sotto_wfmt fmts[] = {SOTTO_WFMT_F32, SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4,
+                               SOTTO_WFMT_NVFP4};
+    const int widths[] = {0, 384, 512, 768, 1024, 1280};
+    for (int f = 0; f < 5; f++)
+        for (int w = 0; w < 6; w++) {
+            sotto_policy d = sotto_policy_default_for(fmts[f], widths[w]);
+            sotto_policy un = sotto_policy_uniform(fmts[f]);
+            int four = fmts[f] == SOTTO_WFMT_NF4 || fmts[f] == SOTTO_WFMT_NVFP4;
+            /* 8 bits and more, or an unknown size: the default is uniform */
+            if (!four || widths[w] == 0)
+                CHECK_MSG(memcmp(&d, &un, sizeof d) == 0, "%s width %d", sotto_wfmt_name(fmts[f]),
+                          widths[w]);
+            /* 4-bit defaults: each part in the format or at q8, the embedding at q8,
+             * and something still in 4 bits */
+            for (int i = 0; four && i < SOTTO_POLICY_COUNT; i++)
+                CHECK(d.fmt[i] == fmts[f] || d.fmt[i] == SOTTO_WFMT_Q8);
+            CHECK(!four || (d.fmt[SOTTO_POLICY_EMBED] == SOTTO_WFMT_Q8 && sotto_policy_has_4bit(&d)));
+            /* resolve: "" and "default" give the default, "uniform" the uniform preset */
+            CHECK(sotto_policy_resolve(&p, fmts[f], widths[w], NULL, &err) == 0 &&
+                  memcmp(&p, &d, sizeof p) == 0);
+            CHECK(sotto_policy_resolve(&p, fmts[f], widths[w], "default", &err) == 0 &&
+                  memcmp(&p, &d, sizeof p) == 0);
+            CHECK(sotto_policy_resolve(&p, fmts[f], widths[w], "uniform", &err) == 0 &&
+                  memcmp(&p, &un, sizeof p) == 0);
+        }
+    /* a preset followed by overrides; overrides alone start from the default */
+    CHECK(sotto_policy_resolve(&p, SOTTO_WFMT_NF4, 384, "uniform,decoder.mlp=q8", &err) == 0);
+    u.fmt[SOTTO_POLICY_DEC_MLP] = SOTTO_WFMT_Q8;
+    CHECK(memcmp(&p, &u, sizeof p) == 0);
+    sotto_policy d = sotto_policy_default_for(SOTTO_WFMT_NVFP4, 512);
+    d.fmt[SOTTO_POLICY_EMBED] = SOTTO_WFMT_BF16;
+    CHECK(sotto_policy_resolve(&p, SOTTO_WFMT_NVFP4, 512, "embed=bf16", &err) == 0 &&
+          memcmp(&p, &d, sizeof p) == 0);
+    CHECK(sotto_policy_resolve(&p, SOTTO_WFMT_NVFP4, 512, "default,embed=bf16", &err) == 0 &&
+          memcmp(&p, &d, sizeof p) == 0);
+    /* a preset anywhere but first, or a misspelt one, is refused */
+    const char *bad[] = {"decoder=q8,uniform", "uniformly", "uniform,", "uniform,,decoder=q8", "defaults"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = sotto_policy_resolve(&p, SOTTO_WFMT_NF4, 384, bad[i], &err);
+        CHECK_MSG(rc == SOTTO_E_INVALID && err.msg[0], "'%s' accepted", bad[i]);
+    }
+}
+
 static sotto_model *load(const char *dir, sotto_wfmt w, const char *policy, int dq, sotto_err *err) {
     sotto_model_params p = sotto_model_default_params();
     p.weights = w;
@@ -75,10 +121,10 @@ static void test_loads(const char *dir) {
     size_t full = sotto_model_weight_bytes(f32);
     const sotto_wfmt fmts[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4};
     for (size_t i = 0; i < 4; i++) {
-        sotto_model *m = load(dir, fmts[i], NULL, 0, &err);
+        sotto_model *m = load(dir, fmts[i], "uniform", 0, &err);
         CHECK_MSG(m != NULL, "%s: %s", sotto_wfmt_name(fmts[i]), err.msg);
         if (!m) continue;
-        /* every linear layer holds the format asked for */
+        /* uniform: every linear layer holds the format asked for */
         int ok = 1;
         for (int l = 0; l < m->hp.n_audio_layer; l++)
             ok &= m->enc[l].q.w.fmt == fmts[i] && m->enc[l].fc2.w.fmt == fmts[i];
@@ -94,6 +140,21 @@ static void test_loads(const char *dir) {
         CHECK(sotto_model_part_bytes(m, 0) + sotto_model_part_bytes(m, 1) +
                   sotto_model_part_bytes(m, 2) == b);
         CHECK(sotto_model_load_peak_rss(m) > 0 && sotto_model_largest_tensor(m) > 0);
+        sotto_model_free(m);
+    }
+    /* the default preset of each 4-bit format, for tiny's width, part by part */
+    for (int f = 0; f < 2; f++) {
+        sotto_wfmt fmt = f ? SOTTO_WFMT_NVFP4 : SOTTO_WFMT_NF4;
+        sotto_model *m = load(dir, fmt, NULL, 0, &err);
+        CHECK_MSG(m != NULL, "%s: %s", sotto_wfmt_name(fmt), err.msg);
+        if (!m) continue;
+        sotto_policy want = sotto_policy_default_for(fmt, m->hp.n_audio_state);
+        CHECK(memcmp(&m->policy, &want, sizeof want) == 0);
+        CHECK(m->enc[0].q.w.fmt == want.fmt[SOTTO_POLICY_ENC_ATTN] &&
+              m->enc[2].fc1.w.fmt == want.fmt[SOTTO_POLICY_ENC_MLP] &&
+              m->dec[1].v.w.fmt == want.fmt[SOTTO_POLICY_DEC_ATTN] &&
+              m->dec[3].cv.w.fmt == want.fmt[SOTTO_POLICY_DEC_CROSS] &&
+              m->dec[0].fc2.w.fmt == want.fmt[SOTTO_POLICY_DEC_MLP] && m->emb.fmt == SOTTO_WFMT_Q8);
         sotto_model_free(m);
     }
     /* mixed policy + double quantization */
@@ -113,6 +174,7 @@ static void test_loads(const char *dir) {
 int main(void) {
     test_defaults_and_overrides();
     test_parts();
+    test_presets();
     const char *src = getenv("SOTTO_SOURCE_DIR");
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/models/tiny.en", src ? src : ".");

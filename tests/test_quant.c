@@ -881,6 +881,117 @@ static void test_kernels_large(void) {
     free(src), free(x), free(y), free(yr);
 }
 
+/* ---- scale search ------------------------------------------------------------------ */
+
+/* Quantizes src with options into a fresh qmat (all rows at once). */
+static int qmat_make_opt(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src,
+                         const sotto_quant_opts *o) {
+    memset(q, 0, sizeof *q);
+    q->w.fmt = fmt, q->w.rows = rows, q->w.cols = cols;
+    size_t n = (size_t)rows * cols;
+    q->data = calloc(n * 4 + 64, 1);
+    q->scales = calloc(n * 4 / 16 + 64, 1);
+    q->w.data = q->data, q->w.scales = q->scales;
+    if (fmt == SOTTO_WFMT_NVFP4) {
+        float amax = 0;
+        for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
+        q->w.global_scale = sotto_nvfp4_global_scale(amax);
+    }
+    return sotto_quantize_rows_opt(&q->w, q->data, q->scales, src, 0, rows, o);
+}
+
+/* Sum over rows of sum_j h_j (w_rj - q_rj)^2, per block of `block` columns
+ * into blk[] (rows * cols / block entries) when blk is not NULL. */
+static double weighted_error(const qmat *q, const float *src, const float *h, int block,
+                             double *blk) {
+    int rows = q->w.rows, cols = q->w.cols;
+    float *back = malloc(sizeof(float) * (size_t)rows * cols);
+    sotto_wmat_dequantize_rows(&q->w, 0, rows, back);
+    double total = 0.0;
+    for (int r = 0; r < rows; r++)
+        for (int b = 0; b < cols / block; b++) {
+            double e = 0.0;
+            for (int j = b * block; j < (b + 1) * block; j++) {
+                double d = (double)src[(size_t)r * cols + j] - back[(size_t)r * cols + j];
+                e += (h ? h[j] : 1.0) * d * d;
+            }
+            if (blk) blk[(size_t)r * (cols / block) + b] = e;
+            total += e;
+        }
+    free(back);
+    return total;
+}
+
+static void test_scale_search(void) {
+    const int rows = 48, cols = 256;
+    float *src = malloc(sizeof(float) * rows * cols), h[256];
+    for (int i = 0; i < rows * cols; i++) {
+        src[i] = 0.02f * grand();
+        if (i % 97 == 0) src[i] *= 8.0f; /* outliers, as trained weights have */
+    }
+    for (int j = 0; j < cols; j++) h[j] = j % 8 == 0 ? 20.0f : 0.05f + 0.5f * (frand() + 1.0f);
+    const sotto_wfmt fmts[] = {SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4};
+    for (int f = 0; f < 2; f++) {
+        sotto_wfmt fmt = fmts[f];
+        int block = sotto_wfmt_block(fmt), nblk = rows * cols / block;
+        const char *name = sotto_wfmt_name(fmt);
+        /* search off: bit-exact round to nearest */
+        qmat rtn, off, mse, wtd;
+        sotto_quant_opts o_off = {0, h}, o_mse = {1, NULL}, o_w = {1, h};
+        CHECK_EQ_INT(qmat_make(&rtn, fmt, rows, cols, src, rows, 0), 0);
+        CHECK_EQ_INT(qmat_make_opt(&off, fmt, rows, cols, src, &o_off), 0);
+        CHECK_MSG(memcmp(rtn.data, off.data, sotto_wfmt_bytes(fmt, rows, cols) -
+                                                (fmt == SOTTO_WFMT_NF4 ? (size_t)nblk * 4 : (size_t)nblk)) == 0,
+                  "%s: search off differs from round to nearest", name);
+        CHECK_EQ_INT(qmat_make_opt(&mse, fmt, rows, cols, src, &o_mse), 0);
+        CHECK_EQ_INT(qmat_make_opt(&wtd, fmt, rows, cols, src, &o_w), 0);
+        double *b_rtn = malloc(sizeof(double) * nblk), *b_mse = malloc(sizeof(double) * nblk);
+        double *bw_rtn = malloc(sizeof(double) * nblk), *bw_w = malloc(sizeof(double) * nblk);
+        double e_rtn = weighted_error(&rtn, src, NULL, block, b_rtn);
+        double e_mse = weighted_error(&mse, src, NULL, block, b_mse);
+        double ew_rtn = weighted_error(&rtn, src, h, block, bw_rtn);
+        double ew_w = weighted_error(&wtd, src, h, block, bw_w);
+        double ew_mse = weighted_error(&mse, src, h, block, NULL);
+        /* never worse than round to nearest on its own measure, block by block */
+        int worse = 0, worse_w = 0;
+        for (int i = 0; i < nblk; i++) {
+            worse += b_mse[i] > b_rtn[i] * (1 + 1e-6) + 1e-18;
+            worse_w += bw_w[i] > bw_rtn[i] * (1 + 1e-6) + 1e-18;
+        }
+        CHECK_MSG(worse == 0 && worse_w == 0, "%s: %d / %d blocks worse than round to nearest",
+                  name, worse, worse_w);
+        /* and clearly better overall on these outlier-laden rows */
+        CHECK_MSG(e_mse < 0.97 * e_rtn, "%s: search %.3g vs rtn %.3g", name, e_mse, e_rtn);
+        CHECK_MSG(ew_w < 0.97 * ew_rtn, "%s: weighted %.3g vs rtn %.3g", name, ew_w, ew_rtn);
+        /* the importance steers it: better on the weighted measure than plain search */
+        CHECK_MSG(ew_w < ew_mse, "%s: weighted %.4g vs unweighted search %.4g", name, ew_w, ew_mse);
+        fprintf(stderr, "  %s: squared error rtn %.4g, search %.4g (%.1f%%); weighted rtn %.4g, "
+                        "weighted search %.4g (%.1f%%)\n",
+                name, e_rtn, e_mse, 100 * (1 - e_mse / e_rtn), ew_rtn, ew_w,
+                100 * (1 - ew_w / ew_rtn));
+        /* the kernels read searched scales like any other */
+        check_kernels_on(&wtd, fmt == SOTTO_WFMT_NF4 ? "nf4 searched" : "nvfp4 searched");
+        free(b_rtn), free(b_mse), free(bw_rtn), free(bw_w);
+        qmat_free(&rtn), qmat_free(&off), qmat_free(&mse), qmat_free(&wtd);
+        /* a non-finite importance is refused */
+        float hbad[256];
+        memcpy(hbad, h, sizeof h);
+        hbad[17] = NAN;
+        sotto_quant_opts o_bad = {1, hbad};
+        qmat bad;
+        CHECK_EQ_INT(qmat_make_opt(&bad, fmt, rows, cols, src, &o_bad), SOTTO_E_FORMAT);
+        qmat_free(&bad);
+    }
+    /* other formats ignore the options */
+    qmat a, b;
+    sotto_quant_opts o = {1, h};
+    CHECK_EQ_INT(qmat_make(&a, SOTTO_WFMT_Q8, rows, cols, src, rows, 0), 0);
+    CHECK_EQ_INT(qmat_make_opt(&b, SOTTO_WFMT_Q8, rows, cols, src, &o), 0);
+    CHECK(memcmp(a.data, b.data, (size_t)rows * cols) == 0);
+    qmat_free(&a), qmat_free(&b);
+    free(src);
+}
+
 int main(void) {
     test_format_table();
     test_nf4_codec();
@@ -896,5 +1007,6 @@ int main(void) {
     test_reference_vectors();
     test_kernels();
     test_kernels_large();
+    test_scale_search();
     return check_report();
 }

@@ -66,6 +66,36 @@ def corpus_wer(refs, hyps):
     return 100.0 * errors / max(words, 1)
 
 
+def repeated_run(words, max_pattern=16, min_copies=3, min_words=9):
+    """The longest run of one phrase repeated back to back in a word list, as
+    (pattern length, copies, start index), or None: a phrase of up to
+    max_pattern words at least min_copies times in a row, covering at least
+    min_words words. The word-level twin of engine/repetition.c's rule, to
+    tell a repetition loop in a transcript from ordinary text."""
+    best = None
+    n = len(words)
+    for p in range(1, max_pattern + 1):
+        i = 0
+        while i + 2 * p <= n:
+            c = 1
+            while i + (c + 1) * p <= n and words[i + c * p:i + (c + 1) * p] == words[i:i + p]:
+                c += 1
+            if c >= min_copies and c * p >= min_words and (best is None or c * p > best[0] * best[1]):
+                best = (p, c, i)
+            i += c * p if c > 1 else 1
+    return best
+
+
+def is_loop(reference_norm, hypothesis_norm):
+    """1 if the (normalized) hypothesis holds a repetition loop that the
+    reference does not, or runs away to over twice the reference's words
+    plus 10."""
+    rw, hw = reference_norm.split(), hypothesis_norm.split()
+    if len(hw) > 2 * len(rw) + 10:
+        return 1
+    return int(repeated_run(hw) is not None and repeated_run(rw) is None)
+
+
 def read_wav_16k(path):
     """The dev clips are 16 kHz mono s16; returns float32 in [-1, 1)."""
     with wave.open(path) as w:
