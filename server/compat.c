@@ -10,39 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-/* Compares without stopping at the first difference. */
-static int key_eq(const char *a, size_t alen, const char *b) {
-    size_t blen = strlen(b);
-    unsigned char d = (unsigned char)(alen != blen);
-    for (size_t i = 0; i < blen; i++) d |= (unsigned char)((i < alen ? a[i] : 0) ^ b[i]);
-    return d == 0;
-}
-
-static int known_key(srv *s, const char *k, size_t n) {
-    int ok = 0;
-    for (int i = 0; i < s->opt.n_api_keys; i++) ok |= key_eq(k, n, s->opt.api_keys[i]);
-    return ok;
-}
-
-int srv_compat_authorized(srv *s, struct lws *wsi) {
-    if (s->opt.n_api_keys == 0) return 1;
-    char h[512] = "";
-    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION) > 0) {
-        const char *k = NULL;
-        if (!strncasecmp(h, "Bearer ", 7)) k = h + 7;
-        if (!strncasecmp(h, "Token ", 6)) k = h + 6;
-        if (k && known_key(s, k, strlen(k))) return 1;
-    }
-    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_PROTOCOL) > 0) { /* browsers cannot set headers */
-        int after_token = 0;
-        for (char *save = NULL, *t = strtok_r(h, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-            if (!strncmp(t, "openai-insecure-api-key.", 24) && known_key(s, t + 24, strlen(t + 24))) return 1;
-            if (after_token && known_key(s, t, strlen(t))) return 1;
-            after_token = !strcmp(t, "token");
-        }
-    }
-    return 0;
-}
+int srv_compat_authorized(srv *s, struct lws *wsi) { return srv_auth_check(s, wsi, NULL); }
 
 /* Names hosted APIs use for their own models: they get the default model. */
 static int is_alias(const char *n) {

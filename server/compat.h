@@ -20,10 +20,8 @@ struct lws;
 
 /* ---- API keys and model names ------------------------------------------------------ */
 
-/* 1 if the server has no keys, or the request carries one of them as
- * "Authorization: Bearer KEY" / "Authorization: Token KEY", or (browsers) in
- * the Sec-WebSocket-Protocol list as "openai-insecure-api-key.KEY" or after
- * "token". */
+/* 1 if the server has no keys, or the request carries a key or a client
+ * token in one of the forms srv_auth_check (server.h) accepts. */
 int srv_compat_authorized(srv *s, struct lws *wsi);
 
 /* Model names the compatibility APIs accept: "" / "whisper-1" / OpenAI's

@@ -42,17 +42,58 @@ srv_session *srv_feed_find(srv *s, const char *name) {
     return found;
 }
 
+/* Feed names and the key that first published each (srv->lock). Bounded:
+ * when full, a name that no live session publishes is forgotten. */
+#define MAX_OWNED_FEEDS 4096
+static struct {
+    char name[SRV_FEED_NAME_MAX + 1];
+    int owner;
+} g_owned[MAX_OWNED_FEEDS];
+static int g_n_owned;
+
+/* The session other than except that publishes name, or NULL. srv->lock held. */
+static srv_session *holder_locked(srv *s, const char *name, const srv_session *except) {
+    for (srv_session *o = s->sessions; o; o = o->next)
+        if (o != except && o->feed[0] && strcmp(o->feed, name) == 0) return o;
+    return NULL;
+}
+
+static int live_locked(srv *s, const char *name, const srv_session *except) {
+    return holder_locked(s, name, except) != NULL;
+}
+
+/* The owner of name, recording owner as it if the name is new; -2 when
+ * another key owns it. srv->lock held. */
+static int own_locked(srv *s, const char *name, int owner, const srv_session *ss) {
+    if (owner < 0) return 0; /* no keys configured: names belong to nobody */
+    for (int i = 0; i < g_n_owned; i++)
+        if (!strcmp(g_owned[i].name, name)) return g_owned[i].owner == owner ? 0 : -2;
+    int slot = g_n_owned < MAX_OWNED_FEEDS ? g_n_owned++ : -1;
+    for (int i = 0; slot < 0 && i < g_n_owned; i++)
+        if (!live_locked(s, g_owned[i].name, ss)) slot = i;
+    if (slot < 0) return 0; /* every remembered name is live: this one is not remembered */
+    snprintf(g_owned[slot].name, sizeof g_owned[slot].name, "%s", name);
+    g_owned[slot].owner = owner;
+    return 0;
+}
+
 int srv_feed_claim(srv *s, srv_session *ss, const char *name, const char *key) {
     pthread_mutex_lock(&s->lock);
-    for (srv_session *o = s->sessions; o; o = o->next)
-        if (o != ss && o->feed[0] && strcmp(o->feed, name) == 0) {
-            pthread_mutex_unlock(&s->lock);
-            return -1;
-        }
-    snprintf(ss->feed, sizeof ss->feed, "%s", name);
-    snprintf(ss->feed_key, sizeof ss->feed_key, "%s", key ? key : "");
+    int rc = own_locked(s, name, ss->owner, ss);
+    srv_session *old = rc ? NULL : holder_locked(s, name, ss);
+    if (old) {
+        /* a finished feed of the same owner (kept for its captions) gives the name up */
+        pthread_mutex_lock(&old->lock);
+        if (old->state == SESS_DONE && !old->wsi && old->owner == ss->owner) old->feed[0] = '\0';
+        else rc = -1;
+        pthread_mutex_unlock(&old->lock);
+    }
+    if (rc == 0) {
+        snprintf(ss->feed, sizeof ss->feed, "%s", name);
+        snprintf(ss->feed_key, sizeof ss->feed_key, "%s", key ? key : "");
+    }
     pthread_mutex_unlock(&s->lock);
-    return 0;
+    return rc;
 }
 
 int srv_feed_is_viewer_event(const char *type) {

@@ -107,6 +107,17 @@ char *srv_metrics_render(srv *s, size_t *len) {
             atomic_load(&m->sessions_rejected));
     counter(&o, "sotto_sessions_resumed_total", "sessions resumed after a disconnect",
             atomic_load(&m->sessions_resumed));
+    gauge(&o, "sotto_connections", "WebSocket connections open", atomic_load(&m->connections));
+    counter(&o, "sotto_connections_rejected_total",
+            "WebSocket connections refused (limits, key, path, draining, no session slot)",
+            atomic_load(&m->connections_rejected));
+    counter(&o, "sotto_auth_failures_total", "requests without a valid API key or client token",
+            atomic_load(&m->auth_failures));
+    counter(&o, "sotto_timeouts_total", "connections closed for --start-timeout-s or --idle-timeout-s",
+            atomic_load(&m->timeouts));
+    counter(&o, "sotto_sessions_evicted_total", "detached sessions dropped for --max-detached",
+            atomic_load(&m->sessions_evicted));
+    counter(&o, "sotto_client_tokens_total", "client tokens minted", atomic_load(&m->tokens_issued));
     counter_s(&o, "sotto_audio_received_seconds_total", "audio accepted, seconds",
           atomic_load(&m->audio_in_samples) / 16000.0);
     counter_s(&o, "sotto_audio_transcribed_seconds_total", "audio covered by final passes, seconds",

@@ -24,7 +24,15 @@ static void usage(FILE *f) {
             "  --weights LIST         weight variants sessions may use (default f32,bf16,q8,nf4,nvfp4)\n"
             "  --default-weights F    variant for sessions that do not choose (default f32)\n"
             "  --memory-budget-mb N   resident weights of all variants (default 0: no limit)\n"
-            "  --max-sessions N       concurrent sessions (default 16)\n"
+            "  --max-sessions N       sessions started and connected at once (default 16)\n"
+            "  --max-connections N    WebSocket connections at once, viewers included (default 1024)\n"
+            "  --max-connections-per-ip N  ... from one client address (default 256)\n"
+            "  --max-detached N       sessions kept without a connection, for resume or a finished\n"
+            "                         feed's captions; the oldest goes when more (default 16)\n"
+            "  --start-timeout-s S    a connection that has not started or resumed a session by\n"
+            "                         then is closed (default 5)\n"
+            "  --idle-timeout-s S     a running session whose client completes no message for this\n"
+            "                         long is closed (default 30)\n"
             "  --max-buffer-s S       audio a session may have waiting for transcription (default 60)\n"
             "  --resume-grace-s S     how long a disconnected session waits for its client (default 30)\n"
             "  --idle-unload-s S      unload variants unused this long (default 300)\n"
@@ -36,10 +44,12 @@ static void usage(FILE *f) {
             "  --max-batch N          sessions decoded together (default 8)\n"
             "  --web DIR              static files served at / (default: the repository's web/)\n"
             "  --tls-cert FILE --tls-key FILE   serve https/wss\n"
-            "  --api-key KEY          a key the compatibility endpoints (OpenAI, Deepgram) accept;\n"
-            "                         repeat for several; with none they need no key\n"
+            "  --api-key KEY          a key every endpoint but /healthz, /metrics, /v1/info and feed\n"
+            "                         viewers then needs (docs/SECURITY.md); repeat for several;\n"
+            "                         with none the server is open\n"
             "  --api-keys-file FILE   keys, one per line\n"
             "  --max-upload-mb N      largest file for /v1/audio/transcriptions (default 25)\n"
+            "  --max-upload-s N       longest audio an upload may decode to (default 3600)\n"
             "  --batch-queue N        uploads queued or running at once (default 8)\n"
             "  --batch-threads N      CPU threads of the upload transcriber (default 1)\n"
             "  --vad K                silero | energy: the sessions' default VAD (default silero\n"
@@ -56,6 +66,11 @@ void srv_options_default(srv_options *o) {
     for (int i = 0; i < SOTTO_WFMT_COUNT; i++) o->allowed[i] = 1;
     o->default_weights = SOTTO_WFMT_F32;
     o->max_sessions = 16;
+    o->max_connections = 1024;
+    o->max_connections_per_ip = 256;
+    o->max_detached = 16;
+    o->start_timeout_s = 5;
+    o->idle_timeout_s = 30;
     o->max_buffer_s = 60;
     o->resume_grace_s = 30;
     o->idle_unload_s = 300;
@@ -64,6 +79,7 @@ void srv_options_default(srv_options *o) {
     o->max_batch = 8;
     o->vad_kind = SOTTO_VAD_SILERO;
     o->max_upload_mb = 25;
+    o->max_upload_s = 3600;
     o->batch_queue = 8;
     o->batch_threads = 1;
     o->log_level = SOTTO_LOG_INFO;
@@ -136,6 +152,11 @@ static int set(srv_options *o, const char *key, const char *val) {
     NUM("port", port, 0, 65535)
     NUM("memory-budget-mb", memory_budget_mb, 0, 1e7)
     NUM("max-sessions", max_sessions, 1, 100000)
+    NUM("max-connections", max_connections, 1, 100000)
+    NUM("max-connections-per-ip", max_connections_per_ip, 1, 100000)
+    NUM("max-detached", max_detached, 0, 100000)
+    NUM("start-timeout-s", start_timeout_s, 0.5, 3600)
+    NUM("idle-timeout-s", idle_timeout_s, 1, 86400)
     NUM("max-buffer-s", max_buffer_s, 30, 3600)
     NUM("resume-grace-s", resume_grace_s, 0, 3600)
     NUM("idle-unload-s", idle_unload_s, 1, 1e6)
@@ -144,6 +165,7 @@ static int set(srv_options *o, const char *key, const char *val) {
     NUM("threads", threads, 0, 1024)
     NUM("max-batch", max_batch, 1, 16)
     NUM("max-upload-mb", max_upload_mb, 0.01, 2000)
+    NUM("max-upload-s", max_upload_s, 1, 86400)
     NUM("batch-queue", batch_queue, 1, 1000)
     NUM("batch-threads", batch_threads, 1, 1024)
 #undef NUM

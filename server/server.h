@@ -42,7 +42,12 @@ typedef struct srv_options {
     sotto_wfmt default_weights;
     sotto_device device;      /* where models run (CPU, AUTO, CUDA) */
     double memory_budget_mb;  /* resident weights, all variants together */
-    int max_sessions;
+    int max_sessions;         /* started sessions with a connection */
+    int max_connections;      /* WebSocket connections, of every kind */
+    int max_connections_per_ip; /* ... from one client address */
+    int max_detached;         /* sessions kept without a connection (resume, finished feeds) */
+    double start_timeout_s;   /* a connection must start (or resume) its session by then */
+    double idle_timeout_s;    /* a running session's client must complete a message this often */
     double max_buffer_s;      /* audio waiting for transcription, per session */
     double resume_grace_s;    /* a disconnected session is kept this long */
     double idle_unload_s;     /* unused variants are unloaded after this */
@@ -52,9 +57,10 @@ typedef struct srv_options {
     int max_batch;            /* sessions decoded together */
     char web_dir[1024];
     char tls_cert[1024], tls_key[1024];
-    char *api_keys[SRV_MAX_API_KEYS]; /* compatibility endpoints; none = open */
+    char *api_keys[SRV_MAX_API_KEYS]; /* every endpoint but health, metrics, info, viewers; none = open */
     int n_api_keys;
     double max_upload_mb;     /* /v1/audio/transcriptions */
+    double max_upload_s;      /* longest decoded upload (seconds) */
     int batch_queue;          /* uploads queued or running */
     int batch_threads;        /* CPU threads of the upload transcriber */
     int log_level;
@@ -101,6 +107,8 @@ typedef struct srv_metrics {
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
     _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
     _Atomic uint64_t feed_viewers_total, feed_viewers_dropped;
+    _Atomic uint64_t connections_rejected, auth_failures, timeouts, sessions_evicted, tokens_issued;
+    _Atomic int connections; /* WebSocket connections open now */
     srv_hist pass_queue, encode, decode, pass_total, first_token;
 } srv_metrics;
 
@@ -153,6 +161,7 @@ typedef struct srv_session {
     pthread_mutex_t lock;
     int refs;                 /* srv->lock: table + worker + connection */
     struct lws *wsi;          /* service thread only; NULL when detached */
+    int owner;                /* the API key it was opened with (index; -1: none configured) */
     double detached_at;       /* monotonic; 0 while attached */
     srv_sess_state state;
     int closing;              /* close the connection after the queue drains */
@@ -246,6 +255,9 @@ void srv_sessions_reap(srv *s);
 /* feeds (feed.c) */
 int srv_feed_name_ok(const char *name);
 /* Publishes ss under name (unique among sessions in the table); -1 if taken. */
+/* Publishes ss under name: 0, -1 if a live session has it, -2 if the name
+ * belongs to another key (the first key to publish a name owns it while the
+ * server runs; sessions without keys configured have owner -1 and own nothing). */
 int srv_feed_claim(srv *s, srv_session *ss, const char *name, const char *key);
 srv_session *srv_feed_find(srv *s, const char *name); /* takes a ref */
 int srv_feed_is_viewer_event(const char *type);
@@ -257,6 +269,23 @@ char *srv_feed_captions(srv_session *ss, int vtt, size_t *len);
 char *srv_feed_history_locked(srv_session *ss);
 int srv_feed_viewer_add(srv_session *ss, struct lws *wsi);
 void srv_feed_viewer_remove(srv_session *ss, struct lws *wsi);
+
+/* API keys and client tokens (auth.c). With keys configured, a request is
+ * authorized by a key or an unexpired token in "Authorization: Bearer X" /
+ * "Authorization: Token X", the Sec-WebSocket-Protocol list
+ * ("openai-insecure-api-key.X", "sotto-key.X", or X after "token" / "bearer"),
+ * or the query (?api_key=X, ?token=X). Returns 1 and the key's index in
+ * *ident (-1 with no keys configured), or 0. */
+int srv_auth_check(srv *s, struct lws *wsi, int *ident);
+/* Same, but only long-lived keys count (minting tokens). */
+int srv_auth_check_key(srv *s, struct lws *wsi, int *ident);
+#define SRV_TOKEN_PREFIX "ek_"
+#define SRV_TOKEN_LEN 40 /* "ek_" + 32 hex + NUL, rounded */
+#define SRV_TOKEN_TTL_DEFAULT 600
+#define SRV_TOKEN_TTL_MAX 7200
+/* A short-lived token for key ident, valid ttl_s seconds; *expires_at is Unix
+ * time. -1 if the token table is full of live tokens. */
+int srv_token_mint(srv *s, int ident, double ttl_s, char out[SRV_TOKEN_LEN], double *expires_at);
 
 /* models (registry.c) */
 srv_model *srv_model_find(srv *s, const char *name, sotto_wfmt w);

@@ -37,6 +37,7 @@ srv_session *srv_session_new(srv *s) {
     ss->next_seq = 1;
     ss->first_kept = 1;
     ss->refs = 1; /* the table's */
+    ss->owner = -1;
     random_hex(ss->token, 16);
     pthread_mutex_lock(&s->lock);
     ss->id = ++s->next_id;
@@ -103,11 +104,26 @@ srv_session *srv_session_find(srv *s, const char *id_str) {
     return found;
 }
 
+/* A session without a connection that is kept: awaiting resume, or a
+ * finished feed whose captions can still be fetched. srv->lock held. */
+static int detached_locked(const srv_session *ss) {
+    return !ss->wsi && ss->detached_at > 0 && ss->state != SESS_NEW;
+}
+
+/* The detached session that lost its connection first, or NULL. srv->lock held. */
+static srv_session *oldest_detached_locked(srv *s) {
+    srv_session *oldest = NULL;
+    for (srv_session *ss = s->sessions; ss; ss = ss->next)
+        if (detached_locked(ss) && (!oldest || ss->detached_at < oldest->detached_at)) oldest = ss;
+    return oldest;
+}
+
 void srv_sessions_reap(srv *s) {
     double now = srv_now();
     srv_session *dead[64];
-    int n = 0;
+    int n = 0, evicted = 0;
     pthread_mutex_lock(&s->lock);
+    int detached = 0;
     for (srv_session *ss = s->sessions, *next; ss && n < 64; ss = next) {
         next = ss->next;
         int expired = !ss->wsi && ss->detached_at > 0 &&
@@ -116,9 +132,22 @@ void srv_sessions_reap(srv *s) {
         /* (a finished feed stays for the grace period: its captions can still be fetched) */
         if (expired) {
             if (unlink_locked(s, ss)) dead[n++] = ss;
+        } else {
+            detached += detached_locked(ss);
         }
     }
+    /* --max-detached: the oldest go first, so that churn cannot pile them up */
+    for (; detached > s->opt.max_detached && n < 64; detached--, evicted++) {
+        srv_session *ss = oldest_detached_locked(s);
+        if (!ss) break;
+        if (unlink_locked(s, ss)) dead[n++] = ss;
+    }
     pthread_mutex_unlock(&s->lock);
+    if (evicted) {
+        atomic_fetch_add(&s->m.sessions_evicted, (uint64_t)evicted);
+        SOTTO_INFO("%d detached session(s) dropped: more than --max-detached %d", evicted,
+                   s->opt.max_detached);
+    }
     for (int i = 0; i < n; i++) {
         sotto_log(SOTTO_LOG_INFO, dead[i]->id, "session ended");
         session_free(s, dead[i]);

@@ -34,9 +34,89 @@ typedef struct conn {
     char **outq;
     int n_outq, cap_outq;
     int close_after;
+    /* admission (service thread) */
+    char ip[64];              /* the client's address */
+    int counted;              /* in the connection counts */
+    int close_status;         /* the close code once the queue drains (0: normal) */
+    double t_open, t_last_msg; /* monotonic: connected, last complete message */
+    size_t rx_total;          /* bytes of the message being received, kept or not */
+    int peer_closed;          /* the client sent a close: nothing more is written */
+    /* HTTP: POST /v1/realtime/client_secrets */
+    int secret_req, secret_ident;
+    char *body;
+    size_t body_len;
 } conn;
 
 static srv *g_srv; /* set by srv_gateway_run; the callback has no user pointer of its own */
+
+/* ---- admission: connection counts, per client address (service thread) -------------- */
+
+typedef struct ip_count {
+    char ip[64];
+    int n;
+} ip_count;
+
+static ip_count *g_ips;
+static int g_n_ips, g_cap_ips, g_conns;
+
+static ip_count *ip_find(const char *ip) {
+    for (int i = 0; i < g_n_ips; i++)
+        if (!strcmp(g_ips[i].ip, ip)) return &g_ips[i];
+    return NULL;
+}
+
+/* Counts c's connection, or says why not: NULL (admitted) or the reason. */
+static const char *conn_admit(srv *s, struct lws *wsi, conn *c) {
+    lws_get_peer_simple(wsi, c->ip, sizeof c->ip);
+    ip_count *ic = ip_find(c->ip);
+    if (g_conns >= s->opt.max_connections) return "the server has no free connection slot (--max-connections)";
+    if (ic && ic->n >= s->opt.max_connections_per_ip)
+        return "too many connections from this address (--max-connections-per-ip)";
+    if (!ic) {
+        if (g_n_ips == g_cap_ips) {
+            int cap = g_cap_ips ? g_cap_ips * 2 : 64;
+            ip_count *n = realloc(g_ips, sizeof *n * (size_t)cap);
+            if (!n) return "out of memory";
+            g_ips = n;
+            g_cap_ips = cap;
+        }
+        ic = &g_ips[g_n_ips++];
+        snprintf(ic->ip, sizeof ic->ip, "%s", c->ip);
+        ic->n = 0;
+    }
+    ic->n++;
+    g_conns++;
+    c->counted = 1;
+    atomic_store(&s->m.connections, g_conns);
+    return NULL;
+}
+
+static void conn_release(srv *s, conn *c) {
+    if (!c->counted) return;
+    c->counted = 0;
+    g_conns--;
+    atomic_store(&s->m.connections, g_conns);
+    ip_count *ic = ip_find(c->ip);
+    if (ic && --ic->n == 0) *ic = g_ips[--g_n_ips];
+}
+
+/* Started sessions that have a connection (the --max-sessions slots), except self. */
+static int sessions_busy(srv *s, const srv_session *self) {
+    int busy = 0;
+    pthread_mutex_lock(&s->lock);
+    for (srv_session *ss = s->sessions; ss; ss = ss->next)
+        busy += ss != self && ss->wsi &&
+                (ss->state == SESS_LOADING || ss->state == SESS_RUNNING || ss->state == SESS_STOPPING);
+    pthread_mutex_unlock(&s->lock);
+    return busy;
+}
+
+static int session_slot_free(srv *s, srv_session *ss) {
+    if (sessions_busy(s, ss) < s->opt.max_sessions) return 1;
+    atomic_fetch_add(&s->m.sessions_rejected, 1);
+    srv_session_error(s, ss, "overloaded", "the server has no free session slot", 1);
+    return 0;
+}
 
 /* ---- small helpers --------------------------------------------------------------- */
 
@@ -110,6 +190,7 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
         srv_session_error(s, ss, "already_started", "the session has already started", 0);
         return;
     }
+    if (!session_slot_free(s, ss)) return;
     const char *enc = jstr(msg, "encoding");
     sotto_encoding e = SOTTO_ENCODING_PCM_S16LE;
     if (enc && sotto_encoding_parse(enc, &e)) {
@@ -162,9 +243,15 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
                           "feed_key 1..64 bytes", 0);
         return;
     }
-    if (feed && srv_feed_claim(s, ss, feed, feed_key)) {
+    int claim = feed ? srv_feed_claim(s, ss, feed, feed_key) : 0;
+    if (claim == -1) {
         snprintf(why, sizeof why, "the feed name '%s' is taken", feed);
         srv_session_error(s, ss, "feed_taken", why, 0);
+        return;
+    }
+    if (claim == -2) {
+        snprintf(why, sizeof why, "the feed name '%s' belongs to another API key", feed);
+        srv_session_error(s, ss, "feed_owned", why, 0);
         return;
     }
     const cJSON *partials = cJSON_GetObjectItemCaseSensitive(msg, "partials");
@@ -260,9 +347,18 @@ static void on_resume(srv *s, struct lws *wsi, conn *c, const cJSON *msg) {
         srv_session_error(s, c->ss, "unknown_session", "no such session, or a wrong token", 0);
         return;
     }
+    if (old->owner != c->ss->owner) { /* another key's session: as if it did not exist */
+        srv_session_unref(s, old);
+        srv_session_error(s, c->ss, "unknown_session", "no such session, or a wrong token", 0);
+        return;
+    }
     if (old->wsi) {
         srv_session_unref(s, old);
         srv_session_error(s, c->ss, "session_attached", "the session has a live connection", 0);
+        return;
+    }
+    if (!session_slot_free(s, c->ss)) {
+        srv_session_unref(s, old);
         return;
     }
     /* drop the placeholder session of this connection, adopt the old one */
@@ -403,11 +499,14 @@ static uint64_t next_seq_locked(srv_session *ss) {
 
 /* Everything is written: close a closing session's connection, else wait.
  * Unlocks the session. */
-static int drained_unlock(srv_session *ss, struct lws *wsi) {
+static int drained_unlock(srv_session *ss, struct lws *wsi, const conn *c) {
     int close_now = ss->closing;
     pthread_mutex_unlock(&ss->lock);
     if (!close_now) return 0;
-    lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
+    if (c->close_status)
+        lws_close_reason(wsi, (enum lws_close_status)c->close_status, (unsigned char *)"error", 5);
+    else
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
     return -1;
 }
 
@@ -419,7 +518,7 @@ static int write_next(srv *s, struct lws *wsi, conn *c) {
     for (int n = 0; n < 64; n++) {
         pthread_mutex_lock(&ss->lock);
         uint64_t seq = next_seq_locked(ss);
-        if (!seq) return drained_unlock(ss, wsi);
+        if (!seq) return drained_unlock(ss, wsi, c);
         srv_event *ev = &ss->ring[seq % SRV_EVENT_RING];
         if (ensure_tx(c, ev->len)) {
             pthread_mutex_unlock(&ss->lock);
@@ -500,7 +599,7 @@ static int dialect_write(srv *s, struct lws *wsi, conn *c) {
         }
         pthread_mutex_lock(&ss->lock);
         uint64_t seq = next_seq_locked(ss);
-        if (!seq) return drained_unlock(ss, wsi);
+        if (!seq) return drained_unlock(ss, wsi, c);
         cJSON *ev = cJSON_ParseWithLength(ss->ring[seq % SRV_EVENT_RING].json, ss->ring[seq % SRV_EVENT_RING].len);
         ss->sent_upto = seq;
         pthread_mutex_unlock(&ss->lock);
@@ -689,21 +788,340 @@ static int viewer_write(srv *s, struct lws *wsi, conn *c) {
     return 0;
 }
 
+/* ---- client secrets: POST /v1/realtime/client_secrets ------------------------------ */
+
+#define SECRET_BODY_MAX 16384
+
+static int http_json(struct lws *wsi, unsigned int status, char *json) { /* takes json */
+    if (!json) return srv_http_respond(wsi, 500, "text/plain", "out of memory\n", 14);
+    int rc = srv_http_respond(wsi, status, "application/json", json, strlen(json));
+    free(json);
+    return rc;
+}
+
+static int http_openai_error(struct lws *wsi, unsigned int status, const char *code, const char *msg) {
+    return http_json(wsi, status, srv_openai_error_json("invalid_request_error", code, NULL, msg));
+}
+
+/* The token, for the body's optional {"expires_after":{"anchor":"created_at","seconds":N}}. */
+static int secret_respond(srv *s, struct lws *wsi, conn *c) {
+    double ttl = SRV_TOKEN_TTL_DEFAULT;
+    if (c->body_len) {
+        cJSON *b = cJSON_ParseWithLength(c->body, c->body_len);
+        const cJSON *ea = b ? cJSON_GetObjectItemCaseSensitive(b, "expires_after") : NULL;
+        const cJSON *sec = ea ? cJSON_GetObjectItemCaseSensitive(ea, "seconds") : NULL;
+        int bad = !cJSON_IsObject(b) || (ea && !cJSON_IsObject(ea)) ||
+                  (sec && (!cJSON_IsNumber(sec) || sec->valuedouble < 10 || sec->valuedouble > SRV_TOKEN_TTL_MAX));
+        if (!bad && sec) ttl = sec->valuedouble;
+        cJSON_Delete(b);
+        if (bad)
+            return http_openai_error(wsi, 400, "invalid_value",
+                                     "the body must be a JSON object; expires_after.seconds 10..7200");
+    }
+    char value[SRV_TOKEN_LEN];
+    double expires_at = 0;
+    if (srv_token_mint(s, c->secret_ident, ttl, value, &expires_at))
+        return http_openai_error(wsi, 503, "too_many_tokens", "too many live client tokens; try again later");
+    cJSON *o = cJSON_CreateObject();
+    cJSON *sess = o ? cJSON_AddObjectToObject(o, "session") : NULL;
+    if (!sess) {
+        cJSON_Delete(o);
+        return http_json(wsi, 500, NULL);
+    }
+    cJSON_AddStringToObject(o, "value", value);
+    cJSON_AddNumberToObject(o, "expires_at", (double)(long long)expires_at);
+    cJSON_AddStringToObject(sess, "type", "transcription");
+    char *j = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return http_json(wsi, 200, j);
+}
+
+/* 1: not this endpoint. Only a long-lived key may mint a token. */
+static int secret_http(srv *s, struct lws *wsi, conn *c, const char *uri) {
+    if (strcmp(uri, "/v1/realtime/client_secrets") != 0) return 1;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) <= 0)
+        return http_openai_error(wsi, 405, "method_not_allowed", "POST a JSON body (or none) to mint a client token");
+    if (!srv_auth_check_key(s, wsi, &c->secret_ident))
+        return http_openai_error(wsi, 401, "invalid_api_key",
+                                 "an API key is needed (Authorization: Bearer KEY); client tokens cannot mint tokens");
+    char cl[32] = "";
+    long n = lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 ? atol(cl) : 0;
+    if (n > SECRET_BODY_MAX) return http_openai_error(wsi, 413, "body_too_large", "the body is limited to 16 KiB");
+    if (n <= 0) return secret_respond(s, wsi, c);
+    c->secret_req = 1;
+    return 0;
+}
+
+static int secret_body(conn *c, const void *in, size_t len) {
+    if (c->body_len + len > SECRET_BODY_MAX) return -1;
+    char *nb = realloc(c->body, c->body_len + len + 1);
+    if (!nb) return -1;
+    memcpy(nb + c->body_len, in, len);
+    c->body = nb;
+    c->body_len += len;
+    return 0;
+}
+
+/* ---- admission of a WebSocket ---------------------------------------------------------- */
+
+/* A fatal error before the session starts; the connection closes with status
+ * once it is written. */
+static void refuse(srv *s, conn *c, const char *code, const char *msg, int status) {
+    srv_session_error(s, c->ss, code, msg, 1);
+    c->close_status = status;
+}
+
+/* Decides whether the connection may have a session: path, key or token,
+ * draining, a session slot (sessions count once started: see on_start). */
+static void admit_session(srv *s, struct lws *wsi, conn *c, const char *uri, const char *full) {
+    int ident = -1;
+    if (full) {
+        refuse(s, c, "too_many_connections", full, 1013);
+    } else if (!c->d && strcmp(uri, "/v1/stream") != 0 && strcmp(uri, "/") != 0) {
+        srv_session_error(s, c->ss, "not_found",
+                          "WebSocket endpoints: /v1/stream, /v1/feeds/NAME, /v1/realtime, /v1/listen", 1);
+    } else if (!srv_auth_check(s, wsi, &ident)) {
+        refuse(s, c, "unauthorized",
+               "a valid API key or client token is needed (Authorization: Bearer KEY, the "
+               "Sec-WebSocket-Protocol forms or ?api_key=; docs/SECURITY.md)",
+               LWS_CLOSE_STATUS_POLICY_VIOLATION);
+    } else if (atomic_load(&s->draining)) {
+        srv_session_error(s, c->ss, "shutting_down", "the server is shutting down", 1);
+    } else if (sessions_busy(s, c->ss) >= s->opt.max_sessions) { /* fail fast: no slot now */
+        atomic_fetch_add(&s->m.sessions_rejected, 1);
+        srv_session_error(s, c->ss, "overloaded", "the server has no free session slot", 1);
+    }
+    c->ss->owner = ident;
+    if (c->ss->closing) atomic_fetch_add(&s->m.connections_rejected, 1);
+}
+
+static int on_established(srv *s, struct lws *wsi, conn *c) {
+    memset(c, 0, sizeof *c);
+    char uri[256] = "";
+    lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
+    const char *full = conn_admit(s, wsi, c);
+    c->t_open = c->t_last_msg = srv_now();
+    if (strncmp(uri, "/v1/feeds/", 10) == 0) { /* viewers need the feed's key, not an API key */
+        if (full) {
+            c->viewer = 1;
+            viewer_say(c, error_json("too_many_connections", full, 1));
+            c->close_after_outbox = 1;
+            atomic_fetch_add(&s->m.connections_rejected, 1);
+        } else {
+            viewer_open(s, wsi, c, uri + 10);
+        }
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    c->ss = srv_session_new(s);
+    if (!c->ss) return -1;
+    c->ss->wsi = wsi;
+    c->wsi = wsi;
+    srv_session_ref(s, c->ss); /* the connection's */
+    if (!strcmp(uri, "/v1/realtime")) c->d = &srv_dialect_openai_rt;
+    if (!strcmp(uri, "/v1/listen")) c->d = &srv_dialect_deepgram;
+    if (c->d && !(c->dst = c->d->open((srv_link *)c, wsi))) return -1;
+    admit_session(s, wsi, c, uri, full);
+    lws_set_timer_usecs(wsi, (lws_usec_t)(s->opt.start_timeout_s * 1e6));
+    if (c->d) {
+        if (!c->ss->closing && c->d->welcome) c->d->welcome(c->dst, (srv_link *)c);
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    cJSON *e = cJSON_CreateObject();
+    if (e && !c->ss->closing) {
+        cJSON_AddStringToObject(e, "type", "hello");
+        cJSON_AddStringToObject(e, "protocol", "sotto.v1");
+        srv_session_emit(s, c->ss, e);
+    } else {
+        cJSON_Delete(e);
+    }
+    lws_callback_on_writable(wsi);
+    return 0;
+}
+
+/* ---- timeouts ---------------------------------------------------------------------------- */
+
+/* The connection's timer: a session not started (or resumed) within
+ * --start-timeout-s, or a running one whose client completed no message for
+ * --idle-timeout-s (this also bounds a frame that stalls half-way), gets a
+ * fatal error and is closed; lws closes the socket 5 s later if the client
+ * does not read it. Otherwise the timer is set for the next deadline. */
+static void on_timer(srv *s, struct lws *wsi, conn *c) {
+    if (c->viewer || !c->ss || c->peer_closed) return;
+    srv_session *ss = c->ss;
+    pthread_mutex_lock(&ss->lock);
+    srv_sess_state st = ss->state;
+    int closing = ss->closing;
+    pthread_mutex_unlock(&ss->lock);
+    if (closing || st >= SESS_STOPPING) return; /* ends by itself */
+    int started = st != SESS_NEW;
+    double due = started ? c->t_last_msg + s->opt.idle_timeout_s : c->t_open + s->opt.start_timeout_s;
+    double now = srv_now();
+    if (now < due) {
+        lws_set_timer_usecs(wsi, (lws_usec_t)((due - now) * 1e6) + 1000);
+        return;
+    }
+    char why[200];
+    if (started)
+        snprintf(why, sizeof why, "no message for %g s (--idle-timeout-s): send audio, or stop",
+                 s->opt.idle_timeout_s);
+    else
+        snprintf(why, sizeof why, "no start (or resume) within %g s of connecting (--start-timeout-s)",
+                 s->opt.start_timeout_s);
+    atomic_fetch_add(&s->m.timeouts, 1);
+    refuse(s, c, started ? "idle_timeout" : "start_timeout", why, LWS_CLOSE_STATUS_POLICY_VIOLATION);
+    lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, 5);
+    lws_callback_on_writable(wsi);
+}
+
+/* ---- receiving ----------------------------------------------------------------------------- */
+
+/* Messages over --max-frame-bytes are discarded with a non-fatal error, up to
+ * this much; one that is (or announces a frame that would be) larger closes
+ * the connection with 1009 at once. */
+static size_t hard_frame_limit(const srv *s) {
+    size_t lim = (size_t)s->opt.max_frame_bytes * 16;
+    return lim < (size_t)s->opt.max_frame_bytes ? (size_t)s->opt.max_frame_bytes : lim;
+}
+
+static int session_fatal(srv_session *ss) {
+    pthread_mutex_lock(&ss->lock);
+    int f = ss->fatal;
+    pthread_mutex_unlock(&ss->lock);
+    return f;
+}
+
+static int on_receive(srv *s, struct lws *wsi, conn *c, const void *in, size_t len) {
+    if (!c->ss && !c->viewer) return -1;
+    if (lws_is_first_fragment(wsi)) c->rx_len = 0, c->rx_overflow = 0, c->rx_total = 0;
+    size_t remaining = lws_remaining_packet_payload(wsi);
+    c->rx_total += len;
+    if (c->rx_total > hard_frame_limit(s) || remaining > hard_frame_limit(s) - c->rx_total) {
+        char why[96];
+        int n = snprintf(why, sizeof why, "message over %zu bytes", hard_frame_limit(s));
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *)why, (size_t)n);
+        return -1;
+    }
+    if (!c->rx_overflow) {
+        if (c->rx_len + len > (size_t)s->opt.max_frame_bytes) {
+            c->rx_overflow = 1;
+        } else {
+            if (c->rx_len + len > c->rx_cap) {
+                size_t cap = (c->rx_len + len) * 2;
+                if (cap > (size_t)s->opt.max_frame_bytes) cap = (size_t)s->opt.max_frame_bytes;
+                unsigned char *nb = realloc(c->rx, cap);
+                if (!nb) return -1;
+                c->rx = nb;
+                c->rx_cap = cap;
+            }
+            memcpy(c->rx + c->rx_len, in, len);
+            c->rx_len += len;
+        }
+    }
+    if (!lws_is_final_fragment(wsi) || remaining) return 0;
+    c->t_last_msg = srv_now();
+    if (c->viewer) {
+        viewer_receive(c, wsi);
+    } else if (session_fatal(c->ss)) {
+        /* refused or failed: the connection closes once the error is written */
+    } else if (c->rx_overflow) {
+        char why[128];
+        snprintf(why, sizeof why, "messages are limited to %d bytes", s->opt.max_frame_bytes);
+        srv_session_error(s, c->ss, "frame_too_large", why, 0);
+    } else if (c->d) {
+        c->d->receive(c->dst, (srv_link *)c, lws_frame_is_binary(wsi), c->rx, c->rx_len);
+    } else if (lws_frame_is_binary(wsi)) {
+        on_audio(s, c->ss, c->rx, c->rx_len);
+    } else {
+        on_text(s, wsi, c);
+    }
+    c->rx_len = 0;
+    lws_callback_on_writable(wsi);
+    return 0;
+}
+
+/* RFC 6455 7.4: the close codes an endpoint may send. */
+static int close_code_ok(unsigned code) {
+    return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) ||
+           (code >= 3000 && code <= 4999);
+}
+
+/* The peer's close frame, which lws echoes: an invalid code (or a 1-byte
+ * body) is answered with 1002 instead. */
+static int on_peer_close(struct lws *wsi, conn *c, unsigned char *in, size_t len) {
+    if (c) c->peer_closed = 1;
+    if (len == 0) return 0;
+    if (len >= 2 && close_code_ok((unsigned)(in[0] << 8 | in[1]))) return 0;
+    if (len >= 2) { /* rewrite the echo in place */
+        in[0] = LWS_CLOSE_STATUS_PROTOCOL_ERR >> 8;
+        in[1] = LWS_CLOSE_STATUS_PROTOCOL_ERR & 0xff;
+        return 0;
+    }
+    lws_close_reason(wsi, LWS_CLOSE_STATUS_PROTOCOL_ERR, (unsigned char *)"bad close", 9);
+    return -1;
+}
+
+static void on_closed(srv *s, struct lws *wsi, conn *c) {
+    conn_release(s, c);
+    if (c->viewer) {
+        if (c->ss) {
+            srv_feed_viewer_remove(c->ss, wsi);
+            srv_session_unref(s, c->ss);
+            c->ss = NULL;
+        }
+        for (int i = 0; i < c->n_outbox; i++) free(c->outbox[i]);
+        c->n_outbox = 0;
+    } else if (c->ss) {
+        pthread_mutex_lock(&c->ss->lock);
+        c->ss->wsi = NULL;
+        c->ss->detached_at = srv_now();
+        /* dialects have no resume: the session goes at the next reap */
+        if (c->d) c->ss->detached_at -= s->opt.resume_grace_s + 1;
+        pthread_mutex_unlock(&c->ss->lock);
+        sotto_log(SOTTO_LOG_DEBUG, c->ss->id, "connection closed");
+        srv_session_unref(s, c->ss);
+        c->ss = NULL;
+        srv_wake(s); /* reaps: expired, or more detached than --max-detached */
+    }
+    if (c->d && c->dst) c->d->close(c->dst);
+    c->dst = NULL;
+    for (int i = 0; i < c->n_outq; i++) free(c->outq[i]);
+    free(c->outq);
+    c->outq = NULL;
+    c->n_outq = c->cap_outq = 0;
+    free(c->rx);
+    free(c->tx);
+    c->rx = c->tx = NULL;
+}
+
 /* ---- the callback ------------------------------------------------------------------ */
+
+static int on_http(srv *s, struct lws *wsi, conn *c, const char *uri) {
+    if (c) {
+        int r = secret_http(s, wsi, c, uri);
+        if (r != 1) return r;
+    }
+    int r = c ? srv_batch_http(s, wsi, &c->breq, uri) : 1;
+    return r != 1 ? r : srv_http_route(s, wsi, uri);
+}
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len) {
     srv *s = g_srv;
     conn *c = user;
     switch (reason) {
-    case LWS_CALLBACK_HTTP: {
-        int r = c ? srv_batch_http(s, wsi, &c->breq, in ? (const char *)in : "/") : 1;
-        return r != 1 ? r : srv_http_route(s, wsi, (const char *)in);
-    }
+    case LWS_CALLBACK_HTTP:
+        return on_http(s, wsi, c, in ? (const char *)in : "/");
     case LWS_CALLBACK_HTTP_BODY:
+        if (c && c->secret_req) return secret_body(c, in, len);
         if (c && c->breq) return srv_batch_body(s, wsi, c->breq, in, len);
         break;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (c && c->secret_req) {
+            c->secret_req = 0;
+            return secret_respond(s, wsi, c);
+        }
         if (c && c->breq) return srv_batch_body_done(s, wsi, &c->breq);
         break;
     case LWS_CALLBACK_HTTP_WRITEABLE:
@@ -711,130 +1129,30 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         break;
     case LWS_CALLBACK_CLOSED_HTTP:
         if (c && c->breq) srv_batch_closed(s, &c->breq);
+        if (c) {
+            free(c->body);
+            c->body = NULL;
+            c->body_len = 0;
+            c->secret_req = 0;
+        }
         break;
-    case LWS_CALLBACK_ESTABLISHED: {
-        memset(c, 0, sizeof *c);
-        char uri[256] = "";
-        lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
-        if (strncmp(uri, "/v1/feeds/", 10) == 0) {
-            viewer_open(s, wsi, c, uri + 10);
-            lws_callback_on_writable(wsi);
-            return 0;
-        }
-        c->ss = srv_session_new(s);
-        if (!c->ss) return -1;
-        c->ss->wsi = wsi;
-        c->wsi = wsi;
-        srv_session_ref(s, c->ss); /* the connection's */
-        if (!strcmp(uri, "/v1/realtime")) c->d = &srv_dialect_openai_rt;
-        if (!strcmp(uri, "/v1/listen")) c->d = &srv_dialect_deepgram;
-        if (c->d && !(c->dst = c->d->open((srv_link *)c, wsi))) return -1;
-        if (!c->d && strcmp(uri, "/v1/stream") != 0 && strcmp(uri, "/") != 0) {
-            srv_session_error(s, c->ss, "not_found",
-                              "WebSocket endpoints: /v1/stream, /v1/feeds/NAME, /v1/realtime, /v1/listen", 1);
-        } else if (c->d && !srv_compat_authorized(s, wsi)) {
-            srv_session_error(s, c->ss, "unauthorized", "a valid API key is needed (Authorization header)", 1);
-        } else if (atomic_load(&s->draining)) {
-            srv_session_error(s, c->ss, "shutting_down", "the server is shutting down", 1);
-        } else {
-            pthread_mutex_lock(&s->lock);
-            int busy = 0;
-            for (srv_session *ss = s->sessions; ss; ss = ss->next)
-                busy += ss != c->ss && ss->state != SESS_DONE && (ss->wsi || ss->state != SESS_NEW);
-            pthread_mutex_unlock(&s->lock);
-            if (busy >= s->opt.max_sessions) {
-                atomic_fetch_add(&s->m.sessions_rejected, 1);
-                srv_session_error(s, c->ss, "overloaded", "the server has no free session slot", 1);
-            }
-        }
-        if (c->d) {
-            if (!c->ss->closing && c->d->welcome) c->d->welcome(c->dst, (srv_link *)c);
-            lws_callback_on_writable(wsi);
-            return 0;
-        }
-        cJSON *e = cJSON_CreateObject();
-        if (e && !c->ss->closing) {
-            cJSON_AddStringToObject(e, "type", "hello");
-            cJSON_AddStringToObject(e, "protocol", "sotto.v1");
-            srv_session_emit(s, c->ss, e);
-        } else {
-            cJSON_Delete(e);
-        }
-        lws_callback_on_writable(wsi);
+    case LWS_CALLBACK_ESTABLISHED:
+        return on_established(s, wsi, c);
+    case LWS_CALLBACK_RECEIVE:
+        return on_receive(s, wsi, c, in, len);
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        return on_peer_close(wsi, c, in, len);
+    case LWS_CALLBACK_TIMER:
+        if (c) on_timer(s, wsi, c);
         return 0;
-    }
-    case LWS_CALLBACK_RECEIVE: {
-        if (!c->ss && !c->viewer) return -1;
-        if (lws_is_first_fragment(wsi)) c->rx_len = 0, c->rx_overflow = 0;
-        if (!c->rx_overflow) {
-            if (c->rx_len + len > (size_t)s->opt.max_frame_bytes) {
-                c->rx_overflow = 1;
-            } else {
-                if (c->rx_len + len > c->rx_cap) {
-                    size_t cap = (c->rx_len + len) * 2;
-                    if (cap > (size_t)s->opt.max_frame_bytes) cap = (size_t)s->opt.max_frame_bytes;
-                    unsigned char *nb = realloc(c->rx, cap);
-                    if (!nb) return -1;
-                    c->rx = nb;
-                    c->rx_cap = cap;
-                }
-                memcpy(c->rx + c->rx_len, in, len);
-                c->rx_len += len;
-            }
-        }
-        if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi)) return 0;
-        if (c->viewer) {
-            viewer_receive(c, wsi);
-        } else if (c->rx_overflow) {
-            char why[128];
-            snprintf(why, sizeof why, "messages are limited to %d bytes", s->opt.max_frame_bytes);
-            srv_session_error(s, c->ss, "frame_too_large", why, 0);
-        } else if (c->d) {
-            c->d->receive(c->dst, (srv_link *)c, lws_frame_is_binary(wsi), c->rx, c->rx_len);
-        } else if (lws_frame_is_binary(wsi)) {
-            on_audio(s, c->ss, c->rx, c->rx_len);
-        } else {
-            on_text(s, wsi, c);
-        }
-        c->rx_len = 0;
-        lws_callback_on_writable(wsi);
-        return 0;
-    }
     case LWS_CALLBACK_SERVER_WRITEABLE:
+        if (c->peer_closed) return -1;
         if (c->viewer) return viewer_write(s, wsi, c);
         if (!c->ss) return -1;
         return c->d ? dialect_write(s, wsi, c) : write_next(s, wsi, c);
     case LWS_CALLBACK_CLOSED:
-        if (c->viewer) {
-            if (c->ss) {
-                srv_feed_viewer_remove(c->ss, wsi);
-                srv_session_unref(s, c->ss);
-                c->ss = NULL;
-            }
-            for (int i = 0; i < c->n_outbox; i++) free(c->outbox[i]);
-            c->n_outbox = 0;
-        } else if (c->ss) {
-            pthread_mutex_lock(&c->ss->lock);
-            c->ss->wsi = NULL;
-            c->ss->detached_at = srv_now();
-            /* dialects have no resume: the session goes at the next reap */
-            if (c->d) c->ss->detached_at -= s->opt.resume_grace_s + 1;
-            pthread_mutex_unlock(&c->ss->lock);
-            sotto_log(SOTTO_LOG_DEBUG, c->ss->id, "connection closed");
-            if (c->d) srv_wake(s);
-            srv_session_unref(s, c->ss);
-            c->ss = NULL;
-            if (atomic_load(&s->draining)) srv_wake(s); /* maybe the last one */
-        }
-        if (c->d && c->dst) c->d->close(c->dst);
-        c->dst = NULL;
-        for (int i = 0; i < c->n_outq; i++) free(c->outq[i]);
-        free(c->outq);
-        c->outq = NULL;
-        c->n_outq = c->cap_outq = 0;
-        free(c->rx);
-        free(c->tx);
-        c->rx = c->tx = NULL;
+        on_closed(s, wsi, c);
+        if (atomic_load(&s->draining)) srv_wake(s); /* maybe the last one */
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         service_wakeup(s);
@@ -845,8 +1163,23 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     return lws_callback_http_dummy(wsi, reason, user, in, len);
 }
 
+/* The same endpoints under the subprotocol names browsers offer with a key
+ * (OpenAI: "realtime", "openai-insecure-api-key.KEY", "openai-beta.realtime-v1";
+ * Deepgram: "token", KEY or "bearer", TOKEN): lws accepts a handshake only
+ * with a protocol it knows and echoes the one it selected, which browsers
+ * require. The wake-up broadcast is handled once, by protocol 0. */
+static int alias_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                          size_t len) {
+    if (reason == LWS_CALLBACK_EVENT_WAIT_CANCELLED) return 0;
+    return callback(wsi, reason, user, in, len);
+}
+
 static const struct lws_protocols k_protocols[] = {
     {"sotto.v1", callback, sizeof(conn), 65536, 0, NULL, 0},
+    {"realtime", alias_callback, sizeof(conn), 65536, 0, NULL, 0},
+    {"openai-beta.realtime-v1", alias_callback, sizeof(conn), 65536, 0, NULL, 0},
+    {"token", alias_callback, sizeof(conn), 65536, 0, NULL, 0},
+    {"bearer", alias_callback, sizeof(conn), 65536, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -865,6 +1198,15 @@ int srv_gateway_create(srv *s) {
     info.protocols = k_protocols;
     info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
     info.pt_serv_buf_size = 32 * 1024;
+    /* lws's own timeouts: handshakes and HTTP requests (timeout_secs), idle
+       HTTP/1.1 keep-alive connections, headers held idle, dead peers (TCP
+       keep-alive probes) */
+    info.timeout_secs = 10;
+    info.timeout_secs_ah_idle = 10;
+    info.keepalive_timeout = 5;
+    info.ka_time = 60;
+    info.ka_probes = 3;
+    info.ka_interval = 10;
     if (s->opt.tls_cert[0]) {
         info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
         info.ssl_cert_filepath = s->opt.tls_cert;

@@ -302,7 +302,7 @@ def section_realtime(ck, srv, args, clip, tmp):
     else:
         ck.ok("realtime: deltas arrive while the person is still speaking (before speech_stopped)", early)
     # sotto's own protocol on the same audio and VAD settings
-    own = sc.run(sc.stream_async(srv.ws_url, sc.Audio.pcm(pcm24, 24000, 1, "pcm_s16le", 100),
+    own = sc.run(sc.stream_async(srv.ws_url + "?api_key=" + KEY, sc.Audio.pcm(pcm24, 24000, 1, "pcm_s16le", 100),
                                  start={"vad": {"silence_ms": 800, "preroll_ms": 300}}))
     e, n = wer_between(own.transcript, text)
     ck.ok("realtime: the completed transcripts match sotto's own protocol output", e <= max(2, n // 20),

@@ -1,0 +1,147 @@
+/* auth.c - API keys and short-lived client tokens (docs/SECURITY.md).
+ *
+ * Keys come from --api-key / --api-keys-file. A token ("ek_" + 128 random
+ * bits in hex) is minted for a key by POST /v1/realtime/client_secrets and
+ * stands for that key until it expires; tokens live in memory only (a
+ * restart forgets them). Called on the service thread (HTTP and WebSocket
+ * callbacks); the token table has its own lock all the same. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include <libwebsockets.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define MAX_TOKENS 1024
+
+typedef struct token {
+    char value[SRV_TOKEN_LEN];
+    double expires; /* monotonic */
+    int ident;
+} token;
+
+static token g_tokens[MAX_TOKENS];
+static pthread_mutex_t g_tokens_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Compares without stopping at the first difference. */
+static int same(const char *a, size_t alen, const char *b) {
+    size_t blen = strlen(b);
+    unsigned char d = (unsigned char)(alen != blen);
+    for (size_t i = 0; i < blen; i++) d |= (unsigned char)((i < alen ? a[i] : 0) ^ b[i]);
+    return d == 0;
+}
+
+/* Index of the key k (n bytes), or -1. Every key is compared. */
+static int key_index(srv *s, const char *k, size_t n) {
+    int found = -1;
+    for (int i = 0; i < s->opt.n_api_keys; i++)
+        if (same(k, n, s->opt.api_keys[i])) found = i;
+    return found;
+}
+
+static int token_ident(const char *k, size_t n) {
+    if (n != 3 + 32 || strncmp(k, SRV_TOKEN_PREFIX, 3)) return -1;
+    double now = srv_now();
+    int found = -1;
+    pthread_mutex_lock(&g_tokens_lock);
+    for (int i = 0; i < MAX_TOKENS; i++)
+        if (g_tokens[i].value[0] && g_tokens[i].expires > now && same(k, n, g_tokens[i].value))
+            found = g_tokens[i].ident;
+    pthread_mutex_unlock(&g_tokens_lock);
+    return found;
+}
+
+/* The key (or, if tokens count, the token) k stands for: its key index or -1. */
+static int credential(srv *s, const char *k, size_t n, int tokens) {
+    int i = key_index(s, k, n);
+    return i >= 0 || !tokens ? i : token_ident(k, n);
+}
+
+/* Tries every form a request can carry a credential in; -1 if none is valid. */
+static int find_credential(srv *s, struct lws *wsi, int tokens) {
+    char h[1024] = "";
+    int id = -1;
+    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION) > 0) {
+        const char *k = NULL;
+        if (!strncasecmp(h, "Bearer ", 7)) k = h + 7;
+        if (!strncasecmp(h, "Token ", 6)) k = h + 6;
+        if (k && (id = credential(s, k, strlen(k), tokens)) >= 0) return id;
+    }
+    /* browsers cannot set headers on a WebSocket: OpenAI's and Deepgram's subprotocol forms */
+    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_PROTOCOL) > 0) {
+        int after_scheme = 0;
+        for (char *save = NULL, *t = strtok_r(h, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+            const char *k = NULL;
+            if (!strncmp(t, "openai-insecure-api-key.", 24)) k = t + 24;
+            else if (!strncmp(t, "sotto-key.", 10)) k = t + 10;
+            else if (after_scheme) k = t;
+            if (k && (id = credential(s, k, strlen(k), tokens)) >= 0) return id;
+            after_scheme = !strcmp(t, "token") || !strcmp(t, "bearer");
+        }
+    }
+    static const char *const args[] = {"api_key=", "token="};
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
+        const char *k = lws_get_urlarg_by_name(wsi, args[i], h, (int)sizeof h);
+        if (k && (id = credential(s, k, strlen(k), tokens)) >= 0) return id;
+    }
+    return -1;
+}
+
+int srv_auth_check(srv *s, struct lws *wsi, int *ident) {
+    if (ident) *ident = -1;
+    if (s->opt.n_api_keys == 0) return 1;
+    int id = find_credential(s, wsi, 1);
+    if (id < 0) {
+        atomic_fetch_add(&s->m.auth_failures, 1);
+        return 0;
+    }
+    if (ident) *ident = id;
+    return 1;
+}
+
+int srv_auth_check_key(srv *s, struct lws *wsi, int *ident) {
+    if (ident) *ident = -1;
+    if (s->opt.n_api_keys == 0) return 1;
+    int id = find_credential(s, wsi, 0);
+    if (id < 0) {
+        atomic_fetch_add(&s->m.auth_failures, 1);
+        return 0;
+    }
+    if (ident) *ident = id;
+    return 1;
+}
+
+static int random_bytes(unsigned char *b, size_t n) {
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f) return -1;
+    size_t got = fread(b, 1, n, f);
+    fclose(f);
+    return got == n ? 0 : -1;
+}
+
+int srv_token_mint(srv *s, int ident, double ttl_s, char out[SRV_TOKEN_LEN], double *expires_at) {
+    unsigned char b[16];
+    if (random_bytes(b, sizeof b)) return -1; /* never a guessable token */
+    char v[SRV_TOKEN_LEN];
+    memcpy(v, SRV_TOKEN_PREFIX, 3);
+    for (size_t i = 0; i < sizeof b; i++) snprintf(v + 3 + 2 * i, 3, "%02x", b[i]);
+    double now = srv_now();
+    int slot = -1;
+    pthread_mutex_lock(&g_tokens_lock);
+    for (int i = 0; i < MAX_TOKENS && slot < 0; i++)
+        if (!g_tokens[i].value[0] || g_tokens[i].expires <= now) slot = i;
+    if (slot >= 0) {
+        memcpy(g_tokens[slot].value, v, sizeof v);
+        g_tokens[slot].expires = now + ttl_s;
+        g_tokens[slot].ident = ident;
+    }
+    pthread_mutex_unlock(&g_tokens_lock);
+    if (slot < 0) return -1;
+    memcpy(out, v, sizeof v);
+    *expires_at = (double)time(NULL) + ttl_s;
+    atomic_fetch_add(&s->m.tokens_issued, 1);
+    return 0;
+}
