@@ -440,6 +440,16 @@ static void send_delta(srv_link *l, rt *r, int utt, const char *text) {
     send_obj(l, r, o);
 }
 
+/* The close code after a fatal error: policy (1008) for a key or timeout,
+ * try again later (1013) for a full server, else normal. */
+static int close_status(const char *code) {
+    if (!code) return 0;
+    if (!strcmp(code, "unauthorized") || !strcmp(code, "start_timeout") || !strcmp(code, "idle_timeout"))
+        return LWS_CLOSE_STATUS_POLICY_VIOLATION;
+    if (!strcmp(code, "too_many_connections") || !strcmp(code, "overloaded")) return 1013;
+    return 0;
+}
+
 static void rt_translate(void *st, srv_link *l, const cJSON *ev) {
     rt *r = st;
     const char *type = jstr(ev, "type");
@@ -508,7 +518,7 @@ static void rt_translate(void *st, srv_link *l, const cJSON *ev) {
         } else {
             send_error(l, r, server ? "server_error" : "invalid_request_error", code, msg ? msg : "error", NULL, NULL);
         }
-        if (fatal) srv_link_close_after(l, code && !strcmp(code, "unauthorized") ? LWS_CLOSE_STATUS_POLICY_VIOLATION : 0);
+        if (fatal) srv_link_close_after(l, close_status(code));
     }
     /* hello, ready, ack, partial, language, warning, pong, done: nothing to say */
 }

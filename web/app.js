@@ -79,6 +79,48 @@ function pump() {
   $('lag').textContent = `unacknowledged audio: ${lagMs} ms` + (S.finalLatency != null ? `; last final ${S.finalLatency} ms after speech end` : '');
 }
 
+// ---- access: servers started with --api-key (docs/SECURITY.md) ------------------------
+// The page keeps only a short-lived client token: from the address's fragment
+// (#token=ek_..., which is never sent to a server), or minted once from a key
+// the user types (POST /v1/realtime/client_secrets), after which the key is
+// forgotten. It goes in the WebSocket's subprotocol list as "sotto-key.TOKEN".
+
+const A = { token: null, expires: 0 };
+
+(function tokenFromFragment() {
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (!m) return;
+  A.token = decodeURIComponent(m[1]);
+  A.expires = Infinity;
+  history.replaceState(null, '', location.pathname + location.search); // out of the history
+})();
+
+function needAccess(msg) {
+  $('access').hidden = false;
+  A.token = null;
+  fail(msg);
+  $('accessKey').focus();
+}
+
+// A key or token typed into the access field becomes the page's token; false on failure.
+async function takeCredential() {
+  const v = $('accessKey').value.trim();
+  $('accessKey').value = '';
+  if (!v) return !!A.token && A.expires > Date.now();
+  if (v.startsWith('ek_')) { A.token = v; A.expires = Infinity; return true; }
+  try {
+    const r = await fetch('/v1/realtime/client_secrets', { method: 'POST', headers: { Authorization: `Bearer ${v}` } });
+    const j = await r.json().catch(() => ({}));
+    if (!r.ok || !j.value) { showError(`The key was not accepted: ${(j.error && j.error.message) || r.status}`); return false; }
+    A.token = j.value;
+    A.expires = j.expires_at * 1000;
+    return true;
+  } catch (err) {
+    showError(`Cannot reach the server for a token: ${err.message}`);
+    return false;
+  }
+}
+
 // ---- the connection -------------------------------------------------------------
 
 function startMessage() {
@@ -95,7 +137,8 @@ function startMessage() {
 
 function connect() {
   const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-  const ws = new WebSocket(`${proto}//${location.host}/v1/stream`);
+  const url = `${proto}//${location.host}/v1/stream`;
+  const ws = A.token ? new WebSocket(url, ['sotto.v1', `sotto-key.${A.token}`]) : new WebSocket(url);
   ws.binaryType = 'arraybuffer';
   S.ws = ws;
   S.streaming = false;
@@ -158,6 +201,10 @@ function onEvent(e) {
     case 'language': setStatus(`${$('status').textContent} (language: ${e.language})`, 'live'); break;
     case 'warning': showError(`Warning: ${e.message}`); break;
     case 'error':
+      if (e.code === 'unauthorized') {
+        needAccess('This server needs an API key or an access token: enter it above and press Start again.');
+        break;
+      }
       if (e.fatal || ['unknown_session', 'session_attached', 'bad_start', 'weights_not_allowed', 'unknown_model'].includes(e.code))
         fail(`Server error (${e.code}): ${e.message}`);
       else showError(`Server: ${e.message}`);
@@ -171,6 +218,11 @@ function onEvent(e) {
 
 async function start() {
   showError('');
+  if (!$('access').hidden && !(await takeCredential())) {
+    if (!$('error').textContent) showError('Enter an API key or an access token first.');
+    $('accessKey').focus();
+    return;
+  }
   Object.assign(S, { done: false, stopping: false, stopSent: false, encoderFlushed: false, session: null, token: null,
                      lastSeq: 0, reconnects: 0, packets: [], next: 0, acked: 0, tsUs: 0, speechEndAt: {} });
   try {
@@ -270,4 +322,4 @@ fetch('v1/info').then((r) => r.json()).then((info) => {
   });
 }).catch(() => showError('Could not ask the server which weights it offers; using its default.'));
 
-window.sotto = { state: S, transcript: T }; // for tests and the console
+window.sotto = { state: S, transcript: T, access: A }; // for tests and the console

@@ -12,6 +12,13 @@ and still produce the whole transcript; in the PCM run the session is published
 as a feed and the caption viewer page (caption.html) shows its last line; the
 caption view, and the transcript downloads as .srt.
 
+Section `auth`: against a server started with --api-key, Start first shows the
+access field and an alert (the server answered `unauthorized`); a key typed
+there is exchanged for a short-lived client token (the page keeps the token,
+never the key, and the field is emptied) and dictation works; a page opened as
+`/#token=ek_...` (a token minted with POST /v1/realtime/client_secrets)
+dictates at once and drops the token from its address.
+
 Section `denied`: with the microphone permission refused, the page's alert says
 so and Start stays usable.
 
@@ -54,8 +61,8 @@ def main():
     ap.add_argument("--manifest", default=rc.DEFAULT_MANIFEST)
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     ap.add_argument("--artifacts", default=os.path.join(rc.REPO, "build", "test-artifacts"))
-    ap.add_argument("--only", default="opus,pcm,keyboard,denied",
-                    help="comma-separated sections: opus, pcm, keyboard")
+    ap.add_argument("--only", default="opus,pcm,keyboard,denied,auth",
+                    help="comma-separated sections: opus, pcm, keyboard, denied, auth")
     args = ap.parse_args()
     only = set(args.only.split(","))
     from playwright.sync_api import sync_playwright
@@ -170,12 +177,65 @@ def main():
                 keyboard_only(pw, args, srv, wav, clip, ref, e_off, ok)
             if "denied" in only:
                 denied(pw, args, srv, ok)
+            if "auth" in only:
+                auth(pw, args, wav, ok)
     finally:
         srv.stop()
     print(f"\n{n} checks, {len(failed)} failed")
     for f in failed:
         print(f"  FAILED: {f}")
     sys.exit(1 if failed else 0)
+
+
+def auth(pw, args, wav, ok):
+    """A server with --api-key: the page asks for a key once, keeps only a token."""
+    print("== auth (--api-key)")
+    key = "sk-web-test-key-0001"
+    srv = sc.Server(args.server, args.model, ["--web", os.path.join(rc.REPO, "web"), "--api-key", key]).start()
+    browser = pw.chromium.launch(executable_path=args.chromium, headless=True, args=[
+        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}", "--autoplay-policy=no-user-gesture-required"])
+    try:
+        def dictate(page):
+            page.click("#start")
+            page.wait_for_function("document.querySelector('#status').dataset.kind === 'live'", timeout=30000)
+            page.wait_for_function("document.querySelector('#transcript').innerText.trim().length > 0",
+                                   timeout=30000)
+            page.click("#stop")
+            page.wait_for_function("document.querySelector('#status').textContent === 'stopped'",
+                                   timeout=60000)
+            return page.evaluate("window.sotto.transcript.text()")
+
+        page = browser.new_page()
+        page.goto(srv.http_url + "/")
+        page.click("#start")
+        page.wait_for_function("!document.querySelector('#access').hidden && "
+                               "!document.querySelector('#error').hidden", timeout=20000)
+        err = page.inner_text("#error")
+        ok("auth: without a key, Start shows the access field and says the server needs a key",
+           "API key" in err and page.evaluate("document.activeElement.id") == "accessKey", repr(err))
+        page.fill("#accessKey", key)
+        text = dictate(page)
+        held = page.evaluate("JSON.stringify(window.sotto.access) + JSON.stringify(sessionStorage) + "
+                             "JSON.stringify(localStorage) + document.querySelector('#accessKey').value")
+        tok = page.evaluate("window.sotto.access.token") or ""
+        ok("auth: with the key typed once the page dictates; it keeps a client token, not the key",
+           text.strip() != "" and tok.startswith("ek_") and key not in held, f"{text.strip()[:60]!r}, token {tok[:8]}")
+        page.close()
+        import urllib.request
+        req = urllib.request.Request(srv.http_url + "/v1/realtime/client_secrets", method="POST",
+                                     headers={"Authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            minted = json.loads(r.read())["value"]
+        page = browser.new_page()
+        page.goto(srv.http_url + "/#token=" + minted)
+        hash_after = page.evaluate("location.hash")
+        text = dictate(page)
+        ok("auth: a page opened with #token=ek_... dictates at once and drops the token from its address",
+           text.strip() != "" and hash_after == "" and page.is_hidden("#access"), f"hash {hash_after!r}, {text.strip()[:60]!r}")
+    finally:
+        browser.close()
+        srv.stop()
 
 
 def denied(pw, args, srv, ok):
