@@ -38,14 +38,17 @@ int sotto_snapshot_read_recipe(sotto_model *m, const char *dir, cJSON **recipe, 
         return sotto_err_set(err, SOTTO_E_FORMAT, "%s: not a sotto snapshot recipe", path);
     }
     if (ver->valueint != RECIPE_VERSION) {
+        int version = ver->valueint; /* ver is freed with r */
         cJSON_Delete(r);
         return sotto_err_set(err, SOTTO_E_UNSUPPORTED, "%s: recipe version %d (this sotto reads %d)",
-                             path, ver->valueint, RECIPE_VERSION);
+                             path, version, RECIPE_VERSION);
     }
     sotto_policy p = sotto_policy_uniform(SOTTO_WFMT_F32);
-    if ((rc = sotto_policy_apply(&p, pol->valuestring, err))) {
-        cJSON_Delete(r);
-        return sotto_err_set(err, rc, "%s: %s", path, err ? err->msg : "bad policy");
+    sotto_err perr;
+    sotto_err_clear(&perr);
+    if ((rc = sotto_policy_apply(&p, pol->valuestring, &perr))) {
+        cJSON_Delete(r); /* (the message is formatted from a copy: never err->msg into itself) */
+        return sotto_err_set(err, rc, "%s: %s", path, perr.msg[0] ? perr.msg : "bad policy");
     }
     /* the caller's request, if any, must be what the snapshot holds */
     int asked = sotto_model_formats_asked(m);
