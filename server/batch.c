@@ -3,7 +3,8 @@
  *   form: file, model, language, prompt, temperature, response_format,
  *   stream, timestamp_granularities[]), GET /v1/models[/ID].
  *
- * The service thread parses the form (lws_spa) into a job; one transcriber
+ * The service thread reads the body (up to --max-upload-mb plus 64 KiB) and
+ * parses the form (multipart.c) into a job; one transcriber
  * thread decodes the file and runs the offline loop (transcribe.h) with
  * --batch-threads CPU threads, so that live sessions on the inference worker
  * keep their pace; the finished response (or, with stream=true, server-sent
@@ -11,8 +12,9 @@
  * Jobs are shared by the request and the thread (refs, under b->lock); a
  * client that leaves cancels its job at the next segment.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* memmem */
 #include "compat.h"
+#include "multipart.h"
 #include "upload_audio.h"
 
 #include "log.h"
@@ -65,20 +67,28 @@ static srv_batch g_batch = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
 static int g_batch_started;
 
 enum { P_MODEL, P_LANGUAGE, P_PROMPT, P_TEMPERATURE, P_FORMAT, P_STREAM, P_GRAN, P_COUNT };
+/* What the body may hold beyond the file: the other fields and the form's
+ * framing. */
+#define FORM_SLACK 65536
+#define FORM_FIELD_MAX 8192 /* a text field (the prompt) */
+
+static void queue_job(srv *s, srv_batch_req *r, char *const v[P_COUNT], int words);
+
 static const char *const k_params[P_COUNT] = {"model",  "language", "prompt",
                                               "temperature", "response_format", "stream",
                                               "timestamp_granularities[]"};
 
 struct srv_batch_req {
     srv *s;
-    struct lws_spa *spa;
+    char boundary[SRV_FORM_BOUNDARY_MAX + 1];
     int translate;
     /* an error decided before the body was read: sent once it has been */
     unsigned int err_status;
     char *err_body;
-    unsigned char *file;
-    size_t file_len, file_cap, limit;
-    int have_file, too_large;
+    unsigned char *file;       /* the body as read; then the file part alone */
+    size_t file_len, file_cap; /* bytes in it, its allocation */
+    size_t limit;              /* the largest file part (--max-upload-mb) */
+    int too_large;             /* the body went past limit + FORM_SLACK */
     batch_job *job;
     int headers_sent, closing;
 };
@@ -111,7 +121,6 @@ static void job_unref_locked(srv *s, batch_job *j) {
 
 static void req_free(srv *s, srv_batch_req *r) {
     if (!r) return;
-    if (r->spa) lws_spa_destroy(r->spa);
     free(r->file);
     free(r->err_body);
     if (r->job) {
@@ -186,38 +195,6 @@ static int models_response(srv *s, struct lws *wsi, const char *one) {
 
 /* ---- the request -------------------------------------------------------------------- */
 
-static int on_file(void *data, const char *name, const char *filename, char *buf, int len,
-                   enum lws_spa_fileupload_states state) {
-    srv_batch_req *r = data;
-    (void)filename;
-    if (strcmp(name, "file") != 0) return 0; /* other uploads are ignored */
-    if (state == LWS_UFS_OPEN) {
-        r->have_file = 1;
-        r->file_len = 0;
-        return 0;
-    }
-    if ((state != LWS_UFS_CONTENT && state != LWS_UFS_FINAL_CONTENT) || len <= 0 || r->too_large)
-        return 0;
-    if (r->file_len + (size_t)len > r->limit) {
-        r->too_large = 1;
-        return 0;
-    }
-    if (r->file_len + (size_t)len > r->file_cap) {
-        size_t cap = (r->file_len + (size_t)len) * 2;
-        if (cap > r->limit) cap = r->limit;
-        unsigned char *nb = realloc(r->file, cap);
-        if (!nb) {
-            r->too_large = 1;
-            return 0;
-        }
-        r->file = nb;
-        r->file_cap = cap;
-    }
-    memcpy(r->file + r->file_len, buf, (size_t)len);
-    r->file_len += (size_t)len;
-    return 0;
-}
-
 int srv_batch_http(srv *s, struct lws *wsi, srv_batch_req **req, const char *uri) {
     int post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
     if (!post && !strcmp(uri, "/v1/models")) {
@@ -243,7 +220,7 @@ int srv_batch_http(srv *s, struct lws *wsi, srv_batch_req **req, const char *uri
     r->s = s;
     r->translate = tl;
     r->limit = (size_t)(s->opt.max_upload_mb * 1e6);
-    char cl[32] = "", ct[128] = "";
+    char cl[32] = "", ct[256] = "";
     lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH);
     lws_hdr_copy(wsi, ct, sizeof ct, WSI_TOKEN_HTTP_CONTENT_TYPE);
     double content_len = cl[0] ? strtod(cl, NULL) : 0;
@@ -253,10 +230,9 @@ int srv_batch_http(srv *s, struct lws *wsi, srv_batch_req **req, const char *uri
                  "Incorrect or missing API key (Authorization: Bearer KEY)");
     } else if (atomic_load(&s->draining)) {
         req_fail(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
-    } else if (strncmp(ct, "multipart/form-data", 19) != 0) {
-        req_fail(r, 400, "invalid_request_error", "invalid_content_type", NULL,
-                 "the body must be multipart/form-data with a 'file' part");
-    } else if (content_len > (double)r->limit + 65536) {
+    } else if (srv_multipart_boundary(ct, r->boundary, why, sizeof why)) {
+        req_fail(r, 400, "invalid_request_error", "invalid_content_type", NULL, why);
+    } else if (content_len > (double)r->limit + FORM_SLACK) {
         snprintf(why, sizeof why, "the upload is %.1f MB; this server takes files up to %.1f MB",
                  content_len / 1e6, s->opt.max_upload_mb);
         req_fail(r, 413, "invalid_request_error", "file_too_large", "file", why);
@@ -272,26 +248,35 @@ int srv_batch_http(srv *s, struct lws *wsi, srv_batch_req **req, const char *uri
         free(body);
         return -1;
     }
-    if (!r->err_status) {
-        lws_spa_create_info_t info;
-        memset(&info, 0, sizeof info);
-        info.param_names = k_params;
-        info.count_params = P_COUNT;
-        info.max_storage = 8192;
-        info.opt_cb = on_file;
-        info.opt_data = r;
-        r->spa = lws_spa_create_via_info(wsi, &info);
-        if (!r->spa) req_fail(r, 500, "server_error", NULL, NULL, "out of memory");
-    }
     return 0; /* the body follows */
 }
 
+/* The body is kept whole (bounded), then parsed at its end. */
 int srv_batch_body(srv *s, struct lws *wsi, srv_batch_req *r, const void *in, size_t len) {
     (void)s, (void)wsi;
-    if (!r || r->err_status || !r->spa) return 0; /* read and dropped */
-    if (lws_spa_process(r->spa, in, (int)len))
-        req_fail(r, 400, "invalid_request_error", "invalid_form", NULL,
-                 "the multipart form could not be parsed (or a field is too long)");
+    if (!r || r->err_status || r->too_large || len == 0) return 0; /* read and dropped */
+    size_t max = r->limit + FORM_SLACK;
+    if (len > max - r->file_len) {
+        r->too_large = 1;
+        free(r->file);
+        r->file = NULL;
+        r->file_len = r->file_cap = 0;
+        return 0;
+    }
+    if (r->file_len + len > r->file_cap) {
+        size_t cap = r->file_cap ? r->file_cap : 65536;
+        while (cap < r->file_len + len) cap *= 2;
+        if (cap > max) cap = max;
+        unsigned char *nb = realloc(r->file, cap);
+        if (!nb) {
+            req_fail(r, 500, "server_error", NULL, NULL, "out of memory");
+            return 0;
+        }
+        r->file = nb;
+        r->file_cap = cap;
+    }
+    memcpy(r->file + r->file_len, in, len);
+    r->file_len += len;
     return 0;
 }
 
@@ -305,28 +290,73 @@ static int parse_format(const char *f, resp_fmt *out) {
     return -1;
 }
 
+/* The form's text fields (NUL-terminated copies, NULL when absent or empty)
+ * and the file part moved to the front of r->file; 0, or -1 after req_fail. */
+static int read_form(srv *s, srv_batch_req *r, char *v[P_COUNT], int *words) {
+    char why[300], msg[400];
+    if (r->too_large) {
+        snprintf(why, sizeof why, "the file is larger than this server's limit of %.1f MB",
+                 s->opt.max_upload_mb);
+        return req_fail(r, 413, "invalid_request_error", "file_too_large", "file", why), -1;
+    }
+    srv_form *f = malloc(sizeof *f);
+    if (!f) return req_fail(r, 500, "server_error", NULL, NULL, "out of memory"), -1;
+    if (srv_multipart_parse(r->file, r->file_len, r->boundary, f, why, sizeof why)) {
+        free(f);
+        snprintf(msg, sizeof msg, "the multipart form could not be parsed: %s", why);
+        return req_fail(r, 400, "invalid_request_error", "invalid_form", NULL, msg), -1;
+    }
+    const srv_form_part *file = srv_form_get(f, "file", 0);
+    int rc = 0;
+    if (!file || file->len == 0) {
+        rc = -1;
+        req_fail(r, 400, "invalid_request_error", NULL, "file",
+                 "you must provide a non-empty 'file' (an audio file) in the form");
+    } else if (file->len > r->limit) {
+        rc = -1;
+        snprintf(why, sizeof why, "the file is larger than this server's limit of %.1f MB",
+                 s->opt.max_upload_mb);
+        req_fail(r, 413, "invalid_request_error", "file_too_large", "file", why);
+    }
+    for (int i = 0; rc == 0 && i < P_COUNT; i++) {
+        const srv_form_part *pt = srv_form_get(f, k_params[i], 0);
+        if (!pt || pt->len == 0) continue;
+        if (pt->len > FORM_FIELD_MAX) {
+            rc = -1;
+            snprintf(msg, sizeof msg, "the form field '%s' is longer than %d bytes", k_params[i], FORM_FIELD_MAX);
+            req_fail(r, 400, "invalid_request_error", "invalid_value", k_params[i], msg);
+        } else if (!(v[i] = strndup((const char *)pt->data, pt->len))) {
+            rc = -1;
+            req_fail(r, 500, "server_error", NULL, NULL, "out of memory");
+        }
+    }
+    *words = 0; /* timestamp_granularities[] may be given once per value */
+    for (int k = 0; rc == 0 && k < f->n; k++) {
+        const srv_form_part *pt = srv_form_get(f, k_params[P_GRAN], k);
+        if (!pt) break;
+        if (pt->len >= 4 && memmem(pt->data, pt->len, "word", 4)) *words = 1;
+    }
+    if (rc == 0) { /* the file to the front: the rest of the body is not needed */
+        memmove(r->file, file->data, file->len);
+        r->file_len = file->len;
+    }
+    free(f);
+    return rc;
+}
+
 /* Validates the form and queues the job; errors are kept for the response. */
 static void make_job(srv *s, srv_batch_req *r) {
-    if (lws_spa_finalize(r->spa)) {
-        req_fail(r, 400, "invalid_request_error", "invalid_form", NULL, "the multipart form is incomplete");
-        return;
-    }
-    const char *v[P_COUNT];
-    for (int i = 0; i < P_COUNT; i++) {
-        v[i] = lws_spa_get_length(r->spa, i) > 0 ? lws_spa_get_string(r->spa, i) : NULL;
-    }
+    char *v[P_COUNT] = {NULL};
+    int words = 0;
+    if (read_form(s, r, v, &words) == 0) queue_job(s, r, v, words);
+    for (int i = 0; i < P_COUNT; i++) free(v[i]);
+}
+
+static void queue_job(srv *s, srv_batch_req *r, char *const v[P_COUNT], int words) {
     char why[256], model[64];
     sotto_wfmt w;
     resp_fmt fmt = RF_JSON;
     double temp = 0;
-    if (r->too_large) {
-        snprintf(why, sizeof why, "the file is larger than this server's limit of %.1f MB",
-                 s->opt.max_upload_mb);
-        return req_fail(r, 413, "invalid_request_error", "file_too_large", "file", why);
-    }
-    if (!r->have_file || r->file_len == 0)
-        return req_fail(r, 400, "invalid_request_error", NULL, "file",
-                        "you must provide a non-empty 'file' (an audio file) in the form");
     if (!v[P_MODEL])
         return req_fail(r, 400, "invalid_request_error", NULL, "model",
                         "you must provide a model parameter (e.g. whisper-1)");
@@ -348,7 +378,6 @@ static void make_job(srv *s, srv_batch_req *r) {
     int sse = v[P_STREAM] && !strcmp(v[P_STREAM], "true");
     if (v[P_STREAM] && !sse && strcmp(v[P_STREAM], "false"))
         return req_fail(r, 400, "invalid_request_error", "invalid_value", "stream", "stream must be true or false");
-    int words = v[P_GRAN] && strstr(v[P_GRAN], "word") != NULL;
     if (words && fmt != RF_VERBOSE)
         return req_fail(r, 400, "invalid_request_error", "invalid_value", "timestamp_granularities",
                         "timestamp_granularities needs response_format verbose_json");
