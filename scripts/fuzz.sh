@@ -2,6 +2,7 @@
 # Builds sotto's libFuzzer harnesses (fuzz/fuzz_*.c) with clang, AddressSanitizer
 # and UBSan into build-fuzz/, and runs each one in turn from its seed corpus
 # (fuzz/corpus/<target>/; what a run finds is kept in build-fuzz/corpus/<target>/).
+# The reproducers of bugs fixed before (fuzz/regress/<target>/) run first.
 #
 #   scripts/fuzz.sh                 every target for 300 s
 #   scripts/fuzz.sh 60              every target for 60 s
@@ -104,12 +105,14 @@ for t in "${targets[@]}"; do
   [ -d "$seeds" ] || die "no seed corpus $seeds"
   log="$out/fuzz_$t.log"
   echo "=== fuzz_$t: $secs s (log $log)"
+  extra=() # reproducers of bugs found before: replayed first, kept clean
+  [ -d "$root/fuzz/regress/$t" ] && extra=("$root/fuzz/regress/$t")
   dict=()
   [ -f "$root/fuzz/$t.dict" ] && dict=(-dict="$root/fuzz/$t.dict")
   rc=0
   (cd "$out" && "./fuzz_$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2560 \
       -malloc_limit_mb=1024 -max_len=262144 -print_final_stats=1 -artifact_prefix="$art/" \
-      "${dict[@]}" "$work" "$seeds") > "$log" 2>&1 || rc=$?
+      "${dict[@]}" "$work" "$seeds" "${extra[@]}") > "$log" 2>&1 || rc=$?
   grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$log" | tail -2 || true
   if [ "$rc" -ne 0 ] || grep -qE "ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:" "$log"; then
     echo "=== fuzz_$t: FAILED (exit $rc)"

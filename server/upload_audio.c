@@ -165,6 +165,11 @@ static int wav_decode(const void *data, size_t len, double max_seconds, float **
     }
     rc = sotto_resample(a.samples, a.n, a.sample_rate, 16000, SOTTO_RESAMPLE_QUALITY_FILE, out, n, err);
     sotto_audio_free(&a);
+    if (rc == SOTTO_OK && *n == 0) { /* less than one 16 kHz sample */
+        free(*out);
+        *out = NULL;
+        rc = sotto_err_set(err, SOTTO_E_FORMAT, "the file holds no audio");
+    }
     return rc;
 }
 
