@@ -839,6 +839,9 @@ static int secret_respond(srv *s, struct lws *wsi, conn *c) {
 /* 1: not this endpoint. Only a long-lived key may mint a token. */
 static int secret_http(srv *s, struct lws *wsi, conn *c, const char *uri) {
     if (strcmp(uri, "/v1/realtime/client_secrets") != 0) return 1;
+    free(c->body); /* a keep-alive connection's earlier request */
+    c->body = NULL;
+    c->body_len = 0;
     if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) <= 0)
         return http_openai_error(wsi, 405, "method_not_allowed", "POST a JSON body (or none) to mint a client token");
     if (!srv_auth_check_key(s, wsi, &c->secret_ident))
@@ -944,7 +947,8 @@ static int on_established(srv *s, struct lws *wsi, conn *c) {
 
 /* The connection's timer: a session not started (or resumed) within
  * --start-timeout-s, or a running one whose client completed no message for
- * --idle-timeout-s (this also bounds a frame that stalls half-way), gets a
+ * --idle-timeout-s (this also bounds a frame that stalls half-way; the time a
+ * model takes to load does not count), gets a
  * fatal error and is closed; lws closes the socket 5 s later if the client
  * does not read it. Otherwise the timer is set for the next deadline. */
 static void on_timer(srv *s, struct lws *wsi, conn *c) {
@@ -955,6 +959,11 @@ static void on_timer(srv *s, struct lws *wsi, conn *c) {
     int closing = ss->closing;
     pthread_mutex_unlock(&ss->lock);
     if (closing || st >= SESS_STOPPING) return; /* ends by itself */
+    if (st == SESS_LOADING) { /* the client waits for its model, not idle: look again in 1 s */
+        c->t_last_msg = srv_now();
+        lws_set_timer_usecs(wsi, 1000000);
+        return;
+    }
     int started = st != SESS_NEW;
     double due = started ? c->t_last_msg + s->opt.idle_timeout_s : c->t_open + s->opt.start_timeout_s;
     double now = srv_now();
