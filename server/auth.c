@@ -8,9 +8,12 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
 
+#include "compat.h"
+
 #include <libwebsockets.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -144,4 +147,105 @@ int srv_token_mint(srv *s, int ident, double ttl_s, char out[SRV_TOKEN_LEN], dou
     *expires_at = (double)time(NULL) + ttl_s;
     atomic_fetch_add(&s->m.tokens_issued, 1);
     return 0;
+}
+
+/* ---- POST /v1/realtime/client_secrets -------------------------------------------------- */
+
+#define SECRET_BODY_MAX 16384
+
+struct srv_secret_req {
+    int ident;  /* the key that asks */
+    char *body;
+    size_t len;
+};
+
+static int http_json(struct lws *wsi, unsigned int status, char *json) { /* takes json */
+    if (!json) return srv_http_respond(wsi, 500, "text/plain", "out of memory\n", 14);
+    int rc = srv_http_respond(wsi, status, "application/json", json, strlen(json));
+    free(json);
+    return rc;
+}
+
+static int http_error(struct lws *wsi, unsigned int status, const char *code, const char *msg) {
+    return http_json(wsi, status, srv_openai_error_json("invalid_request_error", code, NULL, msg));
+}
+
+/* The lifetime the body asks for ({"expires_after":{"anchor":"created_at","seconds":N}},
+ * all optional): 0 and *ttl, or -1 if malformed. */
+static int body_ttl(const char *body, size_t len, double *ttl) {
+    *ttl = SRV_TOKEN_TTL_DEFAULT;
+    if (!len) return 0;
+    cJSON *b = cJSON_ParseWithLength(body, len);
+    const cJSON *ea = b ? cJSON_GetObjectItemCaseSensitive(b, "expires_after") : NULL;
+    const cJSON *sec = ea ? cJSON_GetObjectItemCaseSensitive(ea, "seconds") : NULL;
+    int bad = !cJSON_IsObject(b) || (ea && !cJSON_IsObject(ea)) ||
+              (sec && (!cJSON_IsNumber(sec) || sec->valuedouble < 10 || sec->valuedouble > SRV_TOKEN_TTL_MAX));
+    if (!bad && sec) *ttl = sec->valuedouble;
+    cJSON_Delete(b);
+    return bad ? -1 : 0;
+}
+
+/* {"value":"ek_...","expires_at":UNIX,"session":{"type":"transcription"}}, as OpenAI's. */
+static int secret_respond(srv *s, struct lws *wsi, int ident, const char *body, size_t len) {
+    double ttl;
+    if (body_ttl(body, len, &ttl))
+        return http_error(wsi, 400, "invalid_value", "the body must be a JSON object; expires_after.seconds 10..7200");
+    char value[SRV_TOKEN_LEN];
+    double expires_at = 0;
+    if (srv_token_mint(s, ident, ttl, value, &expires_at))
+        return http_error(wsi, 503, "too_many_tokens", "too many live client tokens; try again later");
+    cJSON *o = cJSON_CreateObject();
+    cJSON *sess = o ? cJSON_AddObjectToObject(o, "session") : NULL;
+    if (!sess) {
+        cJSON_Delete(o);
+        return http_json(wsi, 500, NULL);
+    }
+    cJSON_AddStringToObject(o, "value", value);
+    cJSON_AddNumberToObject(o, "expires_at", (double)(long long)expires_at);
+    cJSON_AddStringToObject(sess, "type", "transcription");
+    char *j = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return http_json(wsi, 200, j);
+}
+
+int srv_secret_http(srv *s, struct lws *wsi, srv_secret_req **req, const char *uri) {
+    if (strcmp(uri, "/v1/realtime/client_secrets") != 0) return 1;
+    srv_secret_closed(req); /* a keep-alive connection's earlier request */
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) <= 0)
+        return http_error(wsi, 405, "method_not_allowed", "POST a JSON body (or none) to mint a client token");
+    int ident = -1;
+    if (!srv_auth_check_key(s, wsi, &ident))
+        return http_error(wsi, 401, "invalid_api_key",
+                          "an API key is needed (Authorization: Bearer KEY); client tokens cannot mint tokens");
+    char cl[32] = "";
+    long n = lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 ? atol(cl) : 0;
+    if (n > SECRET_BODY_MAX) return http_error(wsi, 413, "body_too_large", "the body is limited to 16 KiB");
+    if (n <= 0) return secret_respond(s, wsi, ident, NULL, 0);
+    if (!(*req = calloc(1, sizeof **req))) return http_json(wsi, 500, NULL);
+    (*req)->ident = ident;
+    return 0; /* the body follows */
+}
+
+int srv_secret_body(srv_secret_req *req, const void *in, size_t len) {
+    if (req->len + len > SECRET_BODY_MAX) return -1;
+    char *nb = realloc(req->body, req->len + len + 1);
+    if (!nb) return -1;
+    memcpy(nb + req->len, in, len);
+    req->body = nb;
+    req->len += len;
+    return 0;
+}
+
+int srv_secret_done(srv *s, struct lws *wsi, srv_secret_req **req) {
+    srv_secret_req *r = *req;
+    int rc = secret_respond(s, wsi, r->ident, r->body, r->len);
+    srv_secret_closed(req);
+    return rc;
+}
+
+void srv_secret_closed(srv_secret_req **req) {
+    if (!*req) return;
+    free((*req)->body);
+    free(*req);
+    *req = NULL;
 }

@@ -286,6 +286,14 @@ int srv_auth_check_key(srv *s, struct lws *wsi, int *ident);
 /* A short-lived token for key ident, valid ttl_s seconds; *expires_at is Unix
  * time. -1 if the token table is full of live tokens. */
 int srv_token_mint(srv *s, int ident, double ttl_s, char out[SRV_TOKEN_LEN], double *expires_at);
+/* POST /v1/realtime/client_secrets (HTTP callbacks of ws.c; *req is per
+ * connection): mints a token for the request's key (not a token). srv_secret_http
+ * returns 1 when the URI is another endpoint's. */
+typedef struct srv_secret_req srv_secret_req;
+int srv_secret_http(srv *s, struct lws *wsi, srv_secret_req **req, const char *uri);
+int srv_secret_body(srv_secret_req *req, const void *in, size_t len);
+int srv_secret_done(srv *s, struct lws *wsi, srv_secret_req **req);
+void srv_secret_closed(srv_secret_req **req);
 
 /* models (registry.c) */
 srv_model *srv_model_find(srv *s, const char *name, sotto_wfmt w);

@@ -41,10 +41,7 @@ typedef struct conn {
     double t_open, t_last_msg; /* monotonic: connected, last complete message */
     size_t rx_total;          /* bytes of the message being received, kept or not */
     int peer_closed;          /* the client sent a close: nothing more is written */
-    /* HTTP: POST /v1/realtime/client_secrets */
-    int secret_req, secret_ident;
-    char *body;
-    size_t body_len;
+    srv_secret_req *sreq; /* HTTP: POST /v1/realtime/client_secrets (auth.c) */
 } conn;
 
 static srv *g_srv; /* set by srv_gateway_run; the callback has no user pointer of its own */
@@ -788,83 +785,6 @@ static int viewer_write(srv *s, struct lws *wsi, conn *c) {
     return 0;
 }
 
-/* ---- client secrets: POST /v1/realtime/client_secrets ------------------------------ */
-
-#define SECRET_BODY_MAX 16384
-
-static int http_json(struct lws *wsi, unsigned int status, char *json) { /* takes json */
-    if (!json) return srv_http_respond(wsi, 500, "text/plain", "out of memory\n", 14);
-    int rc = srv_http_respond(wsi, status, "application/json", json, strlen(json));
-    free(json);
-    return rc;
-}
-
-static int http_openai_error(struct lws *wsi, unsigned int status, const char *code, const char *msg) {
-    return http_json(wsi, status, srv_openai_error_json("invalid_request_error", code, NULL, msg));
-}
-
-/* The token, for the body's optional {"expires_after":{"anchor":"created_at","seconds":N}}. */
-static int secret_respond(srv *s, struct lws *wsi, conn *c) {
-    double ttl = SRV_TOKEN_TTL_DEFAULT;
-    if (c->body_len) {
-        cJSON *b = cJSON_ParseWithLength(c->body, c->body_len);
-        const cJSON *ea = b ? cJSON_GetObjectItemCaseSensitive(b, "expires_after") : NULL;
-        const cJSON *sec = ea ? cJSON_GetObjectItemCaseSensitive(ea, "seconds") : NULL;
-        int bad = !cJSON_IsObject(b) || (ea && !cJSON_IsObject(ea)) ||
-                  (sec && (!cJSON_IsNumber(sec) || sec->valuedouble < 10 || sec->valuedouble > SRV_TOKEN_TTL_MAX));
-        if (!bad && sec) ttl = sec->valuedouble;
-        cJSON_Delete(b);
-        if (bad)
-            return http_openai_error(wsi, 400, "invalid_value",
-                                     "the body must be a JSON object; expires_after.seconds 10..7200");
-    }
-    char value[SRV_TOKEN_LEN];
-    double expires_at = 0;
-    if (srv_token_mint(s, c->secret_ident, ttl, value, &expires_at))
-        return http_openai_error(wsi, 503, "too_many_tokens", "too many live client tokens; try again later");
-    cJSON *o = cJSON_CreateObject();
-    cJSON *sess = o ? cJSON_AddObjectToObject(o, "session") : NULL;
-    if (!sess) {
-        cJSON_Delete(o);
-        return http_json(wsi, 500, NULL);
-    }
-    cJSON_AddStringToObject(o, "value", value);
-    cJSON_AddNumberToObject(o, "expires_at", (double)(long long)expires_at);
-    cJSON_AddStringToObject(sess, "type", "transcription");
-    char *j = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return http_json(wsi, 200, j);
-}
-
-/* 1: not this endpoint. Only a long-lived key may mint a token. */
-static int secret_http(srv *s, struct lws *wsi, conn *c, const char *uri) {
-    if (strcmp(uri, "/v1/realtime/client_secrets") != 0) return 1;
-    free(c->body); /* a keep-alive connection's earlier request */
-    c->body = NULL;
-    c->body_len = 0;
-    if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) <= 0)
-        return http_openai_error(wsi, 405, "method_not_allowed", "POST a JSON body (or none) to mint a client token");
-    if (!srv_auth_check_key(s, wsi, &c->secret_ident))
-        return http_openai_error(wsi, 401, "invalid_api_key",
-                                 "an API key is needed (Authorization: Bearer KEY); client tokens cannot mint tokens");
-    char cl[32] = "";
-    long n = lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 ? atol(cl) : 0;
-    if (n > SECRET_BODY_MAX) return http_openai_error(wsi, 413, "body_too_large", "the body is limited to 16 KiB");
-    if (n <= 0) return secret_respond(s, wsi, c);
-    c->secret_req = 1;
-    return 0;
-}
-
-static int secret_body(conn *c, const void *in, size_t len) {
-    if (c->body_len + len > SECRET_BODY_MAX) return -1;
-    char *nb = realloc(c->body, c->body_len + len + 1);
-    if (!nb) return -1;
-    memcpy(nb + c->body_len, in, len);
-    c->body = nb;
-    c->body_len += len;
-    return 0;
-}
-
 /* ---- admission of a WebSocket ---------------------------------------------------------- */
 
 /* A fatal error before the session starts; the connection closes with status
@@ -1108,7 +1028,7 @@ static void on_closed(srv *s, struct lws *wsi, conn *c) {
 
 static int on_http(srv *s, struct lws *wsi, conn *c, const char *uri) {
     if (c) {
-        int r = secret_http(s, wsi, c, uri);
+        int r = srv_secret_http(s, wsi, &c->sreq, uri);
         if (r != 1) return r;
     }
     int r = c ? srv_batch_http(s, wsi, &c->breq, uri) : 1;
@@ -1123,14 +1043,11 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_HTTP:
         return on_http(s, wsi, c, in ? (const char *)in : "/");
     case LWS_CALLBACK_HTTP_BODY:
-        if (c && c->secret_req) return secret_body(c, in, len);
+        if (c && c->sreq) return srv_secret_body(c->sreq, in, len);
         if (c && c->breq) return srv_batch_body(s, wsi, c->breq, in, len);
         break;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (c && c->secret_req) {
-            c->secret_req = 0;
-            return secret_respond(s, wsi, c);
-        }
+        if (c && c->sreq) return srv_secret_done(s, wsi, &c->sreq);
         if (c && c->breq) return srv_batch_body_done(s, wsi, &c->breq);
         break;
     case LWS_CALLBACK_HTTP_WRITEABLE:
@@ -1138,12 +1055,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         break;
     case LWS_CALLBACK_CLOSED_HTTP:
         if (c && c->breq) srv_batch_closed(s, &c->breq);
-        if (c) {
-            free(c->body);
-            c->body = NULL;
-            c->body_len = 0;
-            c->secret_req = 0;
-        }
+        if (c) srv_secret_closed(&c->sreq);
         break;
     case LWS_CALLBACK_ESTABLISHED:
         return on_established(s, wsi, c);
