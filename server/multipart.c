@@ -133,6 +133,23 @@ static int parse_headers(const unsigned char **pp, const unsigned char *end, srv
     return 0;
 }
 
+/* The next delimiter (CRLF "--" boundary) in [p, end) that ends a line as
+ * RFC 2046 says (followed by "--", or by blanks and CRLF); NULL if none. A
+ * boundary-like string that goes on ("--XyZ0") is data. */
+static const unsigned char *find_delim(const unsigned char *p, const unsigned char *end,
+                                       const char *delim, size_t dl) {
+    while (p < end) {
+        const unsigned char *d = memmem(p, (size_t)(end - p), delim, dl);
+        if (!d) return NULL;
+        const unsigned char *q = d + dl;
+        if (end - q >= 2 && q[0] == '-' && q[1] == '-') return d;
+        while (q < end && (*q == ' ' || *q == '\t')) q++;
+        if (end - q >= 2 && q[0] == '\r' && q[1] == '\n') return d;
+        p = d + 1;
+    }
+    return NULL;
+}
+
 int srv_multipart_parse(const unsigned char *body, size_t len, const char *boundary, srv_form *f,
                         char *why, size_t why_sz) {
     char delim[SRV_FORM_BOUNDARY_MAX + 5]; /* CRLF "--" boundary */
@@ -147,7 +164,7 @@ int srv_multipart_parse(const unsigned char *body, size_t len, const char *bound
     if (len >= dl - 2 && memcmp(body, delim + 2, dl - 2) == 0) {
         p = body + dl - 2;
     } else {
-        const unsigned char *d = len ? memmem(body, len, delim, dl) : NULL;
+        const unsigned char *d = find_delim(body, end, delim, dl);
         if (!d) return fail(why, why_sz, "the body holds no multipart boundary");
         p = d + dl;
     }
@@ -161,7 +178,7 @@ int srv_multipart_parse(const unsigned char *body, size_t len, const char *bound
             return fail(why, why_sz, "the form has more than %d parts", SRV_FORM_MAX_PARTS);
         srv_form_part *part = &f->parts[f->n];
         if (parse_headers(&p, end, part, why, why_sz)) return -1;
-        const unsigned char *d = memmem(p, (size_t)(end - p), delim, dl);
+        const unsigned char *d = find_delim(p, end, delim, dl);
         if (!d) return fail(why, why_sz, "the form is truncated (a part has no closing boundary)");
         part->data = p;
         part->len = (size_t)(d - p);
