@@ -16,6 +16,7 @@ decoders refuse, against a real server process (tests/ref/server_client.py).
             - the same FLAC with the length field zeroed (unknown length) -> 413
               (the decoder stops at the cap);
             - an Ogg Opus file of 10 min of silence -> 413;
+            - a form cut off inside its file part, a 9000-byte field -> 400 saying so;
             - a dev clip as WAV and as FLAC -> 200 with the clip's text.
             The server stays healthy throughout, and a sanitized build reports nothing.
 
@@ -184,7 +185,22 @@ def section_uploads(srv, tmp, clip, ck):
     st, j, secs = upload(port, "silence.opus", data)
     ck.ok(f"a {len(data) // 1024} KB Ogg Opus file of 10 min of silence: 413 within 10 s",
           st == 413 and secs < 10, f"{st} {secs:.1f} s {j}")
-    # 6. normal uploads still work
+    # 6. malformed forms: refused with the parser's reason
+    b = "sottoB0undary"
+    head = (f'--{b}\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
+            f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n').encode()
+    ctype = {"Content-Type": f"multipart/form-data; boundary={b}"}
+    st, _, body, _ = request(port, "POST", "/v1/audio/transcriptions", head + one_hz, ctype)
+    ck.ok("a form cut off inside its file part: 400 saying it is truncated",
+          st == 400 and b"truncated" in body, f"{st} {body[:200]!r}")
+    long_prompt = (f'--{b}\r\nContent-Disposition: form-data; name="prompt"\r\n\r\n'.encode()
+                   + b"p" * 9000 + b"\r\n")
+    st, _, body, _ = request(port, "POST", "/v1/audio/transcriptions",
+                             long_prompt + head + wav_header(8000, 8, 8000) + bytes(8000)
+                             + f"\r\n--{b}--\r\n".encode(), ctype)
+    ck.ok("a 9000-byte prompt field: 400 naming the field", st == 400 and b"prompt" in body,
+          f"{st} {body[:200]!r}")
+    # 7. normal uploads still work
     ref = rc.normalize(clip["text"]).split()
     clip_flac = os.path.join(tmp, "clip.flac")
     sox([clip["file"], clip_flac])
