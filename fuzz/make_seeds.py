@@ -296,7 +296,7 @@ def ct2(variables, version=6, spec="WhisperSpec", aliases=()):
 
 def make_ct2():
     """Tiny Whisper-shaped model.bin files (width 4, one layer each side, 14 tokens)."""
-    d, mels, vocab, ctx, actx = 4, 8, 14, 8, 4
+    d, mels, vocab, ctx, actx = 4, 8, 14, 8, 1500
 
     def f32(*shape):
         n = 1
@@ -325,7 +325,7 @@ def make_ct2():
     dec += lin(L + "attention/linear_0", d, d) + lin(L + "attention/linear_1", 2 * d, d)
     dec += lin(L + "attention/linear_2", d, d) + ln(L + "ffn/layer_norm")
     dec += lin(L + "ffn/linear_0", 4 * d, d) + lin(L + "ffn/linear_1", d, 4 * d) + ln("decoder/layer_norm")
-    meta = [("num_heads", 3, [], struct.pack("<i", 1)), ("decoder/num_heads", 3, [], struct.pack("<i", 1))]
+    meta = [("encoder/num_heads", 3, [], struct.pack("<i", 1)), ("decoder/num_heads", 3, [], struct.pack("<i", 1))]
     full = enc + dec + meta
     put("ct2", "tiny_whisper_f32.bin", ct2(full))
     q = []
