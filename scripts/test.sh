@@ -117,6 +117,8 @@ if [ "$only_unit" -eq 0 ]; then
     run "browser dictation page (headless Firefox, PulseAudio microphone)" "$py" "$R/test_firefox.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
     run "OpenAI and Deepgram protocols (official client libraries)" "$py" "$R/test_compat.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest"
     run "OpenAI and Deepgram protocols under ASan+UBSan" "$py" "$R/test_compat.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest" --sanitized
+    run "security: admission, timeouts, frame limits, keys and tokens" "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "security under ASan+UBSan" "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "desktop client sotto-mic (ASan+UBSan build)" "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
   fi
 fi
