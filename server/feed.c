@@ -4,7 +4,8 @@
  * speech_end and done events, read straight from the session's event ring
  * (each viewer has its own cursor, so a slow viewer costs the speaker
  * nothing: it skips superseded partials, and one that falls out of the ring
- * is dropped); GET /v1/feeds/NAME.vtt or .srt returns the finals so far.
+ * is dropped); GET /v1/feeds/NAME.vtt or .srt returns the finals so far,
+ * re-cut into subtitle-sized cues (sotto_split_cues).
  * See docs/PROTOCOL.md. Viewer lists and captions: session lock. */
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
@@ -138,12 +139,21 @@ char *srv_feed_captions(srv_session *ss, int vtt, size_t *len) {
     pthread_mutex_lock(&ss->lock);
     sotto_cue *cues = malloc(sizeof(sotto_cue) * (size_t)(ss->n_captions ? ss->n_captions : 1));
     char *text = NULL;
+    int n = 0;
     if (cues) {
-        for (int i = 0; i < ss->n_captions; i++)
-            cues[i] = (sotto_cue){ss->captions[i].start, ss->captions[i].end, ss->captions[i].text};
-        text = sotto_subtitles(cues, ss->n_captions, vtt, len);
+        for (; n < ss->n_captions; n++) { /* copies: split outside the session lock */
+            char *t = strdup(ss->captions[n].text);
+            if (!t) break;
+            cues[n] = (sotto_cue){ss->captions[n].start, ss->captions[n].end, t};
+        }
     }
     pthread_mutex_unlock(&ss->lock);
+    /* one final is a whole utterance (up to 28 s): re-cut into subtitle-sized cues */
+    sotto_cue *sub = NULL;
+    int ns = cues ? sotto_split_cues(cues, n, NULL, &sub) : -1;
+    if (ns >= 0) text = sotto_subtitles(sub, ns, vtt, len);
+    sotto_cues_free(sub, ns > 0 ? ns : 0);
+    for (int i = 0; i < n; i++) free((char *)cues[i].text);
     free(cues);
     return text;
 }
