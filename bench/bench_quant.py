@@ -290,6 +290,8 @@ def main():
                     help="manifest language filter, comma-separated, or 'all' (default en)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0, help="first N clips (default all)")
+    ap.add_argument("--exclude", nargs="+", default=[],
+                    help="manifest ids to leave out (e.g. the long clips, for a quick survey)")
     ap.add_argument("--beam", type=int, default=1)
     ap.add_argument("--best-of", type=int, default=0,
                     help="samples per non-zero temperature (default: sotto's)")
@@ -335,6 +337,10 @@ def main():
     langs = None if args.language == "all" else set(args.language.split(","))
     manifest = args.manifest or refcommon.DEFAULT_MANIFEST
     rows = refcommon.load_manifest(manifest, languages=langs)
+    unknown = set(args.exclude) - {r["id"] for r in rows}
+    if unknown:
+        sys.exit(f"--exclude: not in the manifest: {', '.join(sorted(unknown))}")
+    rows = [r for r in rows if r["id"] not in set(args.exclude)]
     if args.limit:
         rows = rows[:args.limit]
     if not rows:
@@ -363,7 +369,8 @@ def main():
         "decoding": f"beam {args.beam}, temperature {args.temperature}"
                     + (f", best_of {args.best_of}" if args.best_of else ""),
         "clips": f"{len(files)} (manifest language {args.language}"
-                 f"{', first ' + str(args.limit) if args.limit else ''}) from {manifest}",
+                 + (f", leaving out {', '.join(args.exclude)}" if args.exclude else "")
+                 + f"{', first ' + str(args.limit) if args.limit else ''}) from {manifest}",
         "total audio s": f"{sum(seconds.values()):.2f}",
         "variants": ", ".join(v[0] for v in variants),
         "calibration": (f"{args.calib} ({n_calib} clips, none of them an evaluation clip)"

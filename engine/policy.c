@@ -31,8 +31,10 @@ typedef struct keep_rule {
 
 #define BIT(p) (1u << (p))
 static const keep_rule k_keep[] = {
-    {384, 0, 0},     /* tiny: filled in from the measurement */
-    {1 << 30, 0, 0}, /* base and larger */
+    /* tiny (384): nf4 keeps the cross-attention at Q8, nvfp4 the encoder MLP */
+    {384, BIT(SOTTO_POLICY_DEC_CROSS), BIT(SOTTO_POLICY_ENC_MLP)},
+    /* base and larger: not yet measured, as tiny */
+    {1 << 30, BIT(SOTTO_POLICY_DEC_CROSS), BIT(SOTTO_POLICY_ENC_MLP)},
 };
 #undef BIT
 

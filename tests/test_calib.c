@@ -19,6 +19,7 @@ static sotto_model *load(const char *dir, sotto_wfmt w, int search, const char *
                          sotto_err *err) {
     sotto_model_params p = sotto_model_default_params();
     p.weights = w;
+    p.policy = "uniform"; /* every linear part in w */
     p.scale_search = search;
     p.calib = calib;
     return sotto_model_load(dir, &p, err);
