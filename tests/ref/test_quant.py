@@ -2,19 +2,22 @@
 memory, loud failures, and pre-quantized snapshots.
 
 Checks, each printed as it runs:
- 1. fail loudly: `sotto info --weights nf4` (and nvfp4) reports every linear
-    part in that format, the embedding in q8, total weight_bytes < 45% of the
-    f32 load and every 4-bit part well below its f32 size; bad --weights /
+ 1. fail loudly: `sotto info --weights nf4` (and nvfp4) reports the default
+    preset of its model size (most linear parts in that format, the parts
+    measured to need 8 bits at q8, the embedding in q8) and `--policy
+    uniform` every linear part in that format; total weight_bytes < 45% of
+    the f32 load and every 4-bit part well below its f32 size; bad --weights /
     --policy values are refused.
  2. load-time peak memory: for nf4 and nvfp4, `sotto info` must report
     peak_rss_after_load <= rss_before_load + weight_bytes + 3 * largest_tensor_bytes
     (the loader quantizes tensor by tensor instead of holding a dense copy).
- 3. accuracy: f32, bf16, q8, nf4, nvfp4 and a mixed policy (NVFP4 encoder,
-    Q8 decoder) each transcribe the English dev clips in their own process
+ 3. accuracy: f32, bf16, q8, nf4, nvfp4 (default presets) and nf4, nvfp4
+    uniform each transcribe the English dev clips in their own process
     (greedy with sotto's default temperature fallback, the way `sotto
-    transcribe --beam 1` runs); every variant's corpus WER must be within 3
-    percentage points of f32's. All English dev clips by default; --subset
-    uses a fixed, varied subset of 22 clips for quick runs.
+    transcribe --beam 1` runs); every variant's corpus WER must be within 1.5
+    percentage points of f32's, and no clip may hold a repetition loop that
+    its reference does not (refcommon.is_loop). All English dev clips by
+    default; --subset uses a fixed, varied subset of 22 clips for quick runs.
  4. snapshots: `sotto quantize --weights F --verify MODEL SNAP clip x3` exits 0
     for nvfp4, nf4 and q8; the recipe's CRC-32s match the data (recomputed
     here); a copy of the snapshot in another directory loads on its own
@@ -27,6 +30,10 @@ Checks, each printed as it runs:
     tensor missing from sotto_quant.json, a garbage sotto_quant.json, a recipe
     policy that differs from the data; and asking a snapshot for other
     formats than it holds.
+ 6. calibration: `sotto calibrate` on a dev clip writes a file that
+    `--calib` loads (same policy and bytes as plain nvfp4), a missing file is
+    refused, and bench/bench_quant.py refuses to evaluate on clips the
+    calibration file was recorded on.
 
 usage: test_quant.py --sotto build/sotto --model models/tiny.en [--manifest M]
        [--threads N] [--subset] [--keep TMPDIR]
@@ -479,6 +486,45 @@ def edit_recipe(path, fn):
         json.dump(r, f, indent=1)
 
 
+# --------------------------------------------------------------------------
+# 6: calibration files
+# --------------------------------------------------------------------------
+
+def check_calibration(args, rows, tmp):
+    """`sotto calibrate` on one dev clip writes a file that --calib loads (and
+    that changes the 4-bit scales), and bench_quant.py refuses to evaluate on
+    clips the calibration used."""
+    print("\n== 6. calibration: sotto calibrate, --calib, and the overlap refusal")
+    clip = rows[0]["file"]
+    cal = os.path.join(tmp, "calib.safetensors")
+    p = sotto(args, "calibrate", "--model", args.model, "--threads", str(args.threads),
+              "-o", cal, clip)
+    if not check(p.returncode == 0 and os.path.exists(cal),
+                 f"sotto calibrate on {os.path.basename(clip)} writes a file (exit {p.returncode})"):
+        print(p.stderr[-2000:])
+        return
+    plain, _ = info(args, args.model, "nvfp4")
+    p2 = sotto(args, "info", "--model", args.model, "--weights", "nvfp4", "--calib", cal)
+    withc = json.loads(p2.stdout) if p2.returncode == 0 else None
+    check(withc is not None and plain is not None
+          and withc["weight_bytes"] == plain["weight_bytes"]
+          and withc["policy"] == plain["policy"],
+          f"--weights nvfp4 --calib FILE loads, with plain nvfp4's policy and bytes "
+          f"(exit {p2.returncode})")
+    p3 = sotto(args, "info", "--model", args.model, "--weights", "nf4", "--calib",
+               os.path.join(tmp, "no-such-file"))
+    check(p3.returncode != 0 and not crashed(p3.returncode) and "no-such-file" in p3.stderr,
+          f"--calib with a missing file is refused, naming it (exit {p3.returncode})")
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                         "bench", "bench_quant.py")
+    b = subprocess.run([sys.executable, bench, "--sotto", args.sotto, "--model", args.model,
+                        "--manifest", args.manifest, "--limit", "3", "--variants", "nf4@calib",
+                        "--calib", cal], capture_output=True, text=True, timeout=600)
+    check(b.returncode != 0 and "used for calibration" in b.stderr and "transcribe" not in b.stderr,
+          f"bench_quant.py refuses a calibration file recorded on an evaluation clip, before "
+          f"running anything (exit {b.returncode}: {b.stderr.strip().splitlines()[-1][:120] if b.stderr.strip() else ''})")
+
+
 def check_corruptions(args, snap, clip, tmp):
     print("\n== 5. corrupted or mismatched snapshots are refused (nvfp4 snapshot)")
     st = "model.safetensors"
@@ -627,6 +673,9 @@ def main():
         else:
             check(False, "corruption checks need the nvfp4 snapshot")
         timings["5 corruptions"] = time.time() - t
+        t = time.time()
+        check_calibration(args, all_rows, tmp)
+        timings["6 calibration"] = time.time() - t
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
