@@ -2,25 +2,57 @@
 // or 16-bit PCM -> sotto-server's /v1/stream (docs/PROTOCOL.md); the
 // transcript shown as it is generated; reconnect + resume after a lost
 // connection, keeping the transcript and resending unacknowledged audio.
+// Every failure ends in a message and a stopped, released microphone.
 'use strict';
 const $ = (id) => document.getElementById(id);
 const RATE = 48000, BLOCK = RATE / 50; // 20 ms blocks
+// A session that never got `ready`: this many attempts to reach the server
+// (0.5, 1, 2 s apart), then a stop with the microphone released.
+const FIRST_TRIES = 4;
+const SAVE_KEY = 'sotto.transcript.v1';
 
 const S = {
-  active: false, done: false, stopping: false, stopSent: false,
-  ws: null, streaming: false, session: null, token: null, lastSeq: 0, reconnects: 0,
+  active: false, starting: false, done: false, stopping: false, stopSent: false,
+  ws: null, streaming: false, session: null, token: null, lastSeq: 0, reconnects: 0, everReady: false,
   packets: [], next: 0, acked: 0, codec: 'pcm', encoder: null, tsUs: 0,
-  ctx: null, node: null, media: null, speechEndAt: {}, finalLatency: null, resumes: 0,
+  ctx: null, node: null, media: null, speechEndAt: {}, finalLatency: null, resumes: 0, captures: 0,
+  retryTimer: null, t0: 0, clock: null, speaking: false, pendingSince: null,
 };
 const T = new Transcript();
 
 function setStatus(text, kind = '') { $('status').textContent = text; $('status').dataset.kind = kind; }
 function showError(text) { $('error').textContent = text || ''; $('error').hidden = !text; }
 function unitsPerPacket() { return S.codec === 'opus' ? 1 : BLOCK; }
+
+// ---- the transcript: rendering, actions' state, autosave ------------------------
+
 function render() {
-  T.render($('transcript'));
+  const box = $('transcript');
+  const follow = box.scrollHeight - box.scrollTop - box.clientHeight < 40; // at the end: keep following
+  T.render($('finals'), $('current'));
+  if (follow) box.scrollTop = box.scrollHeight;
   if (!$('captionView').hidden) T.renderCaptions($('captionLines'));
+  const empty = T.empty();
+  for (const id of ['copy', 'dlTxt', 'dlSrt', 'dlVtt', 'clear']) $(id).disabled = empty || (id !== 'copy' && id !== 'clear' && !T.finals.length);
+  save();
 }
+
+// The finals are saved as they change (a few per minute), so a reload or a
+// closed tab loses at most the utterance in progress.
+let savedCount = -1;
+function save() {
+  if (T.finals.length === savedCount) return;
+  try {
+    localStorage.setItem(SAVE_KEY, JSON.stringify({ finals: T.finals }));
+    savedCount = T.finals.length;
+  } catch (e) { /* private mode, storage full */ }
+}
+(function restore() {
+  try {
+    const j = JSON.parse(localStorage.getItem(SAVE_KEY) || 'null');
+    if (j && Array.isArray(j.finals)) T.finals = j.finals.filter((f) => f && typeof f.text === 'string');
+  } catch (e) { /* a damaged save is ignored */ }
+})();
 
 // ---- audio ------------------------------------------------------------------
 
@@ -45,8 +77,15 @@ async function setupEncoder() {
   $('codecShown').textContent = S.codec === 'opus' ? 'audio: Opus (WebCodecs), 48 kHz' : 'audio: PCM 16-bit, 48 kHz';
 }
 
+// The level in dB over a 60 dB range: speech sits around the middle, not at the top.
+function showLevel(rms) {
+  const pct = rms > 0 ? Math.max(0, Math.min(100, Math.round((20 * Math.log10(rms) + 60) / 60 * 100))) : 0;
+  $('level').style.width = pct + '%';
+  $('meter').setAttribute('aria-valuenow', String(pct));
+}
+
 function onBlock({ samples, rms }) {
-  $('level').style.width = Math.min(100, Math.round(Math.sqrt(rms) * 250)) + '%';
+  showLevel(rms);
   if (!S.active || S.stopping) return;
   if (S.encoder) {
     S.encoder.encode(new AudioData({ format: 'f32', sampleRate: RATE, numberOfFrames: samples.length,
@@ -60,6 +99,22 @@ function onBlock({ samples, rms }) {
 }
 
 function addPacket(buf) { S.packets.push(buf); pump(); }
+
+function setSpeech(on) {
+  S.speaking = on;
+  $('speech').dataset.on = String(on);
+  $('speech').textContent = on ? 'speech detected' : 'no speech';
+}
+
+// How long the text is behind the voice: since the end of speech whose final
+// has not come, or else the audio not yet acknowledged. Fixed width, no jargon.
+function showDelay() {
+  if (!S.active) { $('lag').textContent = ''; return; }
+  const unacked = (S.packets.length - S.acked) * 0.02;
+  const waiting = S.pendingSince != null ? (performance.now() - S.pendingSince) / 1000 : 0;
+  const d = Math.max(unacked, waiting);
+  $('lag').textContent = `text delay: ${d < 10 ? d.toFixed(1) : Math.round(d)} s`;
+}
 
 // Sends what the server has not yet been sent on this connection; `stop`
 // once everything is out after Stop.
@@ -75,8 +130,6 @@ function pump() {
     S.stopSent = true;
     setStatus('finishing…', 'live');
   }
-  const lagMs = (S.packets.length - S.acked) * 20;
-  $('lag').textContent = `unacknowledged audio: ${lagMs} ms` + (S.finalLatency != null ? `; last final ${S.finalLatency} ms after speech end` : '');
 }
 
 // ---- access: servers started with --api-key (docs/SECURITY.md) ------------------------
@@ -136,13 +189,14 @@ function startMessage() {
 }
 
 function connect() {
+  S.retryTimer = null;
   const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
   const url = `${proto}//${location.host}/v1/stream`;
   const ws = A.token ? new WebSocket(url, ['sotto.v1', `sotto-key.${A.token}`]) : new WebSocket(url);
   ws.binaryType = 'arraybuffer';
   S.ws = ws;
   S.streaming = false;
-  setStatus(S.session ? 'reconnecting…' : 'connecting…');
+  if (!S.reconnects) setStatus(S.session ? 'reconnecting…' : 'connecting…');
   ws.onopen = () => {
     if (S.session) ws.send(JSON.stringify({ type: 'resume', session: S.session, token: S.token, last_seq: S.lastSeq }));
     else ws.send(JSON.stringify(startMessage()));
@@ -153,11 +207,27 @@ function connect() {
     S.ws = null;
     S.streaming = false;
     if (S.done || !S.active) return;
-    if (S.reconnects >= 10) { fail('The connection to the server was lost and could not be restored.'); return; }
+    const limit = S.everReady ? 10 : FIRST_TRIES;
+    if (S.reconnects + 1 >= limit) {
+      fail(S.everReady
+        ? 'The connection to the server was lost and could not be restored. The text so far is kept; press Start to dictate again.'
+        : `Cannot reach the sotto server at ${location.host} (${limit} attempts). Check that it is running and reachable, then press Start again.`);
+      return;
+    }
+    if (S.stopping) { finish('stopped'); return; } // nothing more can be finished
     const wait = Math.min(5000, 500 * 2 ** S.reconnects++);
-    setStatus(`connection lost; reconnecting in ${(wait / 1000).toFixed(1)} s…`, 'bad');
-    setTimeout(() => { if (S.active && !S.ws) connect(); }, wait);
+    setStatus(`${S.everReady ? 'connection lost' : 'cannot reach the server'}; retrying in ${(wait / 1000).toFixed(1)} s ` +
+              `(attempt ${S.reconnects + 1} of ${limit})…`, 'bad');
+    S.retryTimer = setTimeout(() => { if (S.active && !S.ws) connect(); }, wait);
   };
+}
+
+function feedLink(feed) {
+  const url = `caption.html?feed=${encodeURIComponent(feed)}` + ($('feedKey').value ? `&key=${encodeURIComponent($('feedKey').value)}` : '');
+  $('feedLink').textContent = '';
+  const a = document.createElement('a');
+  a.href = url; a.textContent = `caption viewer for feed ${feed}`; a.target = '_blank';
+  $('feedLink').appendChild(a);
 }
 
 function onEvent(e) {
@@ -168,16 +238,10 @@ function onEvent(e) {
   }
   switch (e.type) {
     case 'ready':
-      S.session = e.session; S.token = e.token; S.streaming = true; S.next = 0; S.reconnects = 0;
+      S.session = e.session; S.token = e.token; S.streaming = true; S.next = 0; S.reconnects = 0; S.everReady = true;
       setStatus(`dictating: ${e.model}, ${e.weights} (${(e.weights_bytes / 1e6).toFixed(0)} MB)` +
                 (e.language ? `, ${e.language}` : ''), 'live');
-      if (e.feed) {
-        const url = `caption.html?feed=${encodeURIComponent(e.feed)}` + ($('feedKey').value ? `&key=${encodeURIComponent($('feedKey').value)}` : '');
-        $('feedLink').innerHTML = '';
-        const a = document.createElement('a');
-        a.href = url; a.textContent = `caption viewer for feed ${e.feed}`; a.target = '_blank';
-        $('feedLink').appendChild(a);
-      }
+      if (e.feed) feedLink(e.feed);
       pump();
       break;
     case 'resumed':
@@ -194,60 +258,120 @@ function onEvent(e) {
       pump();
       break;
     }
-    case 'speech_end': S.speechEndAt[e.utterance] = performance.now(); break;
+    case 'speech_start': setSpeech(true); break;
+    case 'speech_end': S.speechEndAt[e.utterance] = performance.now(); S.pendingSince = performance.now(); setSpeech(false); break;
     case 'final':
       if (S.speechEndAt[e.utterance]) S.finalLatency = Math.round(performance.now() - S.speechEndAt[e.utterance]);
+      S.pendingSince = null;
       break;
     case 'language': setStatus(`${$('status').textContent} (language: ${e.language})`, 'live'); break;
-    case 'warning': showError(`Warning: ${e.message}`); break;
-    case 'error':
-      if (e.code === 'unauthorized') {
-        needAccess('This server needs an API key or an access token: enter it above and press Start again.');
-        break;
-      }
-      if (e.fatal || ['unknown_session', 'session_attached', 'bad_start', 'weights_not_allowed', 'unknown_model'].includes(e.code))
-        fail(`Server error (${e.code}): ${e.message}`);
-      else showError(`Server: ${e.message}`);
+    case 'warning':
+      showError(e.code === 'backlog'
+        ? 'The server cannot keep up: some audio was skipped. Fewer parallel sessions or smaller weights help.'
+        : `Warning: ${e.message}`);
       break;
+    case 'error': onError(e); break;
     case 'done': S.done = true; finish('stopped'); break;
   }
   if (T.onEvent(e)) render();
 }
 
+// Fatal errors and errors that leave a session that never started end it
+// (microphone released, Start usable again); others are shown and it goes on.
+function onError(e) {
+  if (e.code === 'unauthorized') {
+    needAccess('This server needs an API key or an access token: enter it above and press Start again.');
+    return;
+  }
+  const feed = $('feed').value.trim();
+  const known = {
+    feed_taken: `The feed name "${feed}" is in use by another session. Choose another name under Settings (or stop the other session), then press Start again.`,
+    feed_owned: `The feed name "${feed}" belongs to another API key. Choose another name under Settings, then press Start again.`,
+    overloaded: 'The server is busy (every session slot is taken). Try again in a minute.',
+    too_many_connections: 'The server has too many connections. Try again in a minute.',
+    shutting_down: 'The server is shutting down. Try again once it is back.',
+    model_unavailable: `The server could not load the model: ${e.message}. Try other weights under Settings.`,
+    weights_not_allowed: 'The server does not offer these weights: choose others under Settings.',
+  };
+  const msg = known[e.code] || `Server error (${e.code}): ${e.message}`;
+  if (e.fatal || !S.everReady || ['unknown_session', 'session_attached'].includes(e.code)) {
+    S.fatal = true;
+    fail(msg);
+  } else showError(`Server: ${e.message}`);
+}
+
 // ---- start / stop ------------------------------------------------------------
 
+function micUnavailable() {
+  if (navigator.mediaDevices && navigator.mediaDevices.getUserMedia) return '';
+  if (!window.isSecureContext)
+    return `The browser allows the microphone only on a secure page: open this page over https (or on localhost, ` +
+           `http://localhost:${location.port || 80}/), not over plain http from another device.`;
+  return 'This browser gives this page no microphone access.';
+}
+
 async function start() {
+  if (S.active || S.starting) return; // one capture at a time
   showError('');
+  const why = micUnavailable();
+  if (why) { showError(why); return; }
   if (!$('access').hidden && !(await takeCredential())) {
     if (!$('error').textContent) showError('Enter an API key or an access token first.');
     $('accessKey').focus();
     return;
   }
+  S.starting = true;
   Object.assign(S, { done: false, stopping: false, stopSent: false, encoderFlushed: false, session: null, token: null,
-                     lastSeq: 0, reconnects: 0, packets: [], next: 0, acked: 0, tsUs: 0, speechEndAt: {} });
-  try {
-    S.media = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true } });
-  } catch (err) {
-    showError(err.name === 'NotAllowedError'
-      ? 'The microphone permission was denied. Allow the microphone for this page (see the address bar) and press Start again.'
-      : err.name === 'NotFoundError' ? 'No microphone was found.' : `Cannot open the microphone: ${err.message}`);
-    return;
-  }
-  S.ctx = new AudioContext({ sampleRate: RATE });
-  await S.ctx.audioWorklet.addModule('capture-worklet.js');
-  await setupEncoder();
-  const src = S.ctx.createMediaStreamSource(S.media);
-  S.node = new AudioWorkletNode(S.ctx, 'sotto-capture');
-  S.node.port.onmessage = (m) => onBlock(m.data);
-  src.connect(S.node);
-  S.active = true;
-  // A focused button that becomes disabled drops the focus to the page: a
-  // keyboard user who pressed Start continues on Stop.
+                     lastSeq: 0, reconnects: 0, everReady: false, packets: [], next: 0, acked: 0, tsUs: 0, speechEndAt: {},
+                     pendingSince: null, fatal: false });
   const startHadFocus = document.activeElement === $('start');
   $('start').disabled = true;
+  try {
+    const audio = { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true };
+    if ($('mic').value) audio.deviceId = { exact: $('mic').value };
+    S.media = await navigator.mediaDevices.getUserMedia({ audio });
+    S.captures++;
+    listMics();
+  } catch (err) {
+    S.starting = false;
+    $('start').disabled = false;
+    if (startHadFocus) $('start').focus();
+    showError(err.name === 'NotAllowedError'
+      ? 'The microphone permission was denied. Allow the microphone for this page (see the address bar) and press Start again.'
+      : err.name === 'NotFoundError' ? 'No microphone was found.'
+        : err.name === 'OverconstrainedError' ? 'The chosen microphone is gone: choose another under Settings.'
+          : `Cannot open the microphone: ${err.message}`);
+    return;
+  }
+  S.active = true;
+  try {
+    S.ctx = new AudioContext({ sampleRate: RATE });
+    await S.ctx.audioWorklet.addModule('capture-worklet.js');
+    await setupEncoder();
+    const src = S.ctx.createMediaStreamSource(S.media);
+    S.node = new AudioWorkletNode(S.ctx, 'sotto-capture');
+    S.node.port.onmessage = (m) => onBlock(m.data);
+    src.connect(S.node);
+  } catch (err) {
+    fail(`Cannot set up the audio capture (${err.message}). Reload the page and press Start again.`);
+    return;
+  }
+  S.starting = false;
+  // A focused button that becomes disabled drops the focus to the page: a
+  // keyboard user who pressed Start continues on Stop.
   $('stop').disabled = false;
   if (startHadFocus) $('stop').focus();
+  S.t0 = performance.now();
+  $('rec').hidden = false;
+  S.clock = setInterval(tick, 250);
+  tick();
   connect();
+}
+
+function tick() {
+  const s = Math.floor((performance.now() - S.t0) / 1000);
+  $('elapsed').textContent = `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
+  showDelay();
 }
 
 async function stop() {
@@ -256,18 +380,29 @@ async function stop() {
   S.stopHadFocus = document.activeElement === $('stop');
   $('stop').disabled = true;
   if (S.media) S.media.getTracks().forEach((t) => t.stop());
+  if (!S.streaming && !S.everReady) { finish('stopped'); return; } // no session to finish
   if (S.encoder) { try { await S.encoder.flush(); } catch (e) { /* closed */ } }
   S.encoderFlushed = true;
+  if (!S.ws && S.retryTimer) { clearTimeout(S.retryTimer); finish('stopped'); return; } // between retries
   pump();
 }
 
 function finish(text) {
   S.active = false;
+  S.starting = false;
+  clearTimeout(S.retryTimer);
+  S.retryTimer = null;
+  clearInterval(S.clock);
   if (S.ctx) S.ctx.close();
   if (S.media) S.media.getTracks().forEach((t) => t.stop());
-  if (S.ws && S.ws.readyState === WebSocket.OPEN) S.ws.close();
+  const ws = S.ws;
+  S.ws = null;
+  if (ws && ws.readyState <= WebSocket.OPEN) ws.close();
   S.ctx = S.node = S.media = null;
-  $('level').style.width = '0';
+  showLevel(0);
+  setSpeech(false);
+  $('rec').hidden = true;
+  $('lag').textContent = '';
   // The focus was on Stop (pressed, or still there after an error) and would
   // drop to the page as Stop is disabled: it goes back to Start.
   const a = document.activeElement;
@@ -276,10 +411,29 @@ function finish(text) {
   $('stop').disabled = true;
   if (refocus) $('start').focus();
   S.stopHadFocus = false;
-  setStatus(text);
+  setStatus(text, text === 'stopped' ? '' : 'bad');
+  if (T.committed || T.tentative) { T.committed = T.tentative = ''; render(); }
 }
 
 function fail(msg) { showError(msg); finish('stopped after an error'); }
+
+// The microphones (names once the permission is given).
+async function listMics() {
+  if (!navigator.mediaDevices || !navigator.mediaDevices.enumerateDevices) return;
+  try {
+    const devs = (await navigator.mediaDevices.enumerateDevices()).filter((d) => d.kind === 'audioinput' && d.deviceId);
+    const sel = $('mic'), keep = sel.value;
+    while (sel.options.length > 1) sel.remove(1);
+    devs.forEach((d, i) => {
+      if (d.deviceId === 'default') return;
+      const o = document.createElement('option');
+      o.value = d.deviceId;
+      o.textContent = d.label || `microphone ${i + 1}`;
+      sel.appendChild(o);
+    });
+    if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
+  } catch (e) { /* no list: the default is used */ }
+}
 
 // ---- transcript actions ---------------------------------------------------------
 
@@ -300,16 +454,97 @@ function captions(on) {
   if (on) { render(); $('captionsOff').focus(); } else $('captions').focus();
 }
 
+let undoState = null;
+function clearTranscript() {
+  undoState = T.snapshot();
+  T.clear();
+  render();
+  $('undo').hidden = false;
+  $('undo').focus(); // Clear is now disabled: the focus moves on to Undo
+  setStatus('cleared: Undo clear brings the text back');
+}
+function undoClear() {
+  if (!undoState) return;
+  T.restore(undoState);
+  undoState = null;
+  render();
+  $('undo').hidden = true;
+  $('clear').focus();
+  setStatus('transcript restored');
+}
+
+// ---- file transcription: POST /v1/audio/transcriptions ---------------------------
+
+function transcribeFile(file) {
+  if (!file) return;
+  const form = new FormData();
+  form.append('file', file, file.name);
+  form.append('model', 'whisper-1');
+  form.append('response_format', 'verbose_json');
+  if ($('language').value) form.append('language', $('language').value);
+  const xhr = new XMLHttpRequest();
+  xhr.open('POST', $('task').value === 'translate' ? 'v1/audio/translations' : 'v1/audio/transcriptions');
+  if (A.token) xhr.setRequestHeader('Authorization', `Bearer ${A.token}`);
+  const prog = $('fileProgress');
+  prog.hidden = false;
+  prog.value = 0;
+  $('fileStatus').textContent = `uploading ${file.name}…`;
+  xhr.upload.onprogress = (ev) => {
+    if (ev.lengthComputable) prog.value = Math.round(ev.loaded / ev.total * 50);
+    if (ev.loaded === ev.total) $('fileStatus').textContent = `transcribing ${file.name}…`;
+  };
+  xhr.upload.onload = () => { prog.value = 50; $('fileStatus').textContent = `transcribing ${file.name}…`; };
+  xhr.onload = () => {
+    prog.hidden = true;
+    let j = {};
+    try { j = JSON.parse(xhr.responseText); } catch (e) { /* below */ }
+    if (xhr.status === 401) { $('access').hidden = false; showError('This server needs an API key or an access token: enter it above and pick the file again.'); $('fileStatus').textContent = ''; return; }
+    if (xhr.status !== 200) {
+      showError(`The file was not transcribed: ${(j.error && j.error.message) || xhr.status}`);
+      $('fileStatus').textContent = '';
+      return;
+    }
+    const base = T.finals.length ? T.finals[T.finals.length - 1].end : 0;
+    const segs = j.segments && j.segments.length ? j.segments : [{ text: j.text || '', start: 0, end: j.duration || 0 }];
+    for (const sg of segs) {
+      const text = (sg.text || '').trim();
+      if (text) T.finals.push({ utterance: T.finals.length + 1, text, start: base + sg.start, end: base + sg.end, file: file.name });
+    }
+    render();
+    $('fileStatus').textContent = `${file.name}: ${segs.length} segment${segs.length === 1 ? '' : 's'} transcribed`;
+    $('file').value = '';
+  };
+  xhr.onerror = () => { prog.hidden = true; $('fileStatus').textContent = ''; showError(`Cannot reach the sotto server at ${location.host} to transcribe the file.`); };
+  xhr.send(form);
+}
+
 $('start').addEventListener('click', start);
 $('stop').addEventListener('click', stop);
 $('copy').addEventListener('click', () => navigator.clipboard.writeText(T.text()).then(() => setStatus('copied'), () => showError('Copy failed')));
 $('dlTxt').addEventListener('click', () => download('transcript.txt', T.text(), 'text/plain'));
 $('dlSrt').addEventListener('click', () => download('transcript.srt', T.srt(), 'application/x-subrip'));
 $('dlVtt').addEventListener('click', () => download('transcript.vtt', T.vtt(), 'text/vtt'));
-$('clear').addEventListener('click', () => { T.clear(); render(); });
+$('clear').addEventListener('click', clearTranscript);
+$('undo').addEventListener('click', undoClear);
 $('captions').addEventListener('click', () => captions(true));
 $('captionsOff').addEventListener('click', () => captions(false));
-document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !$('captionView').hidden) captions(false); });
+$('file').addEventListener('change', () => transcribeFile($('file').files[0]));
+$('dropZone').addEventListener('dragover', (e) => { e.preventDefault(); $('transcript').classList.add('drop'); });
+$('dropZone').addEventListener('dragleave', () => $('transcript').classList.remove('drop'));
+$('dropZone').addEventListener('drop', (e) => {
+  e.preventDefault();
+  $('transcript').classList.remove('drop');
+  if (e.dataTransfer.files.length) transcribeFile(e.dataTransfer.files[0]);
+});
+document.addEventListener('keydown', (e) => {
+  if (e.key === 'Escape' && !$('captionView').hidden) captions(false);
+  if (e.altKey && (e.key === 'd' || e.key === 'D' || e.code === 'KeyD')) { // the shortcut: start or stop
+    e.preventDefault();
+    if (S.active) stop(); else start();
+  }
+});
+window.addEventListener('resize', () => { if (!$('captionView').hidden) T.renderCaptions($('captionLines')); });
+if (micUnavailable()) showError(micUnavailable());
 // The weight variants this server offers (GET /v1/info), default first.
 fetch('v1/info').then((r) => r.json()).then((info) => {
   const sel = $('weights');
@@ -321,5 +556,7 @@ fetch('v1/info').then((r) => r.json()).then((info) => {
     sel.appendChild(o);
   });
 }).catch(() => showError('Could not ask the server which weights it offers; using its default.'));
+listMics();
+render();
 
 window.sotto = { state: S, transcript: T, access: A }; // for tests and the console
