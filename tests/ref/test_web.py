@@ -27,7 +27,8 @@ key presses (Tab, Shift+Tab, Enter, Space, arrow keys, Escape), open the
 settings and change the weights, language and task, start dictation (the
 server's ready status must show the chosen weights and language), stop it,
 copy the transcript, download it as .txt/.srt/.vtt, open and leave the caption
-view (Escape, and Enter on its close button), clear the transcript. After every
+view (Escape, and Enter on its close button), clear the transcript, undo that
+and clear it again. After every
 key press the focused element (document.activeElement) must be the expected
 one and its focus visible (:focus-visible with an outline or box-shadow);
 Start hands the focus to Stop and Stop back to Start; the caption view keeps
@@ -423,15 +424,21 @@ def keyboard_only(pw, args, srv, wav, clip, ref, e_off, ok):
 
         # -- clear; no focus trap at the end
         press("Shift+Tab", "clear")
-        press("Enter", "clear", lambda: page.evaluate("window.sotto.transcript.text()") == "",
+        # Clear is disabled on an empty transcript: the focus moves on to Undo clear
+        press("Enter", "undo", lambda: page.evaluate("window.sotto.transcript.text()") == "",
               "transcript cleared")
+        press("Enter", "clear", lambda: page.evaluate("window.sotto.transcript.text()") == text,
+              "transcript restored by Undo clear")
+        press("Enter", "undo", lambda: page.evaluate("window.sotto.transcript.text()") == "",
+              "transcript cleared again")
         press("Tab", "captions")
+        press("Tab", "file")
         page.keyboard.press("Tab")
         f = page.evaluate(FOCUS_JS)
         if f["id"] not in ("body", "start"):
             problems.append(f"Tab from the last control went to {f['id']}")
-        phase("Enter on Clear empties the transcript; Tab from the last control leaves it",
-              f"then the focus is on {f['id']}")
+        phase("Enter on Clear empties the transcript (focus on Undo clear, which restores it); "
+              "Tab from the last control leaves it", f"then the focus is on {f['id']}")
     finally:
         browser.close()
 
