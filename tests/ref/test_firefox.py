@@ -145,6 +145,9 @@ def main():
         for codec in ("auto", "pcm"):
             ff.logs.clear()
             ff.navigate(c, srv.http_url + "/")
+            # the page keeps its transcript in localStorage: each run starts from an empty one
+            ff.evaluate(c, "localStorage.clear()")
+            ff.navigate(c, srv.http_url + "/")
             ff.click(c, "summary")  # open the settings
             ff.wait_for(c, "document.querySelectorAll('#weights option').length > 1", timeout=10)
             opus = ff.evaluate(c, "('AudioEncoder' in window) ? AudioEncoder.isConfigSupported("
