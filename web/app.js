@@ -362,7 +362,7 @@ async function start() {
   $('stop').disabled = false;
   if (startHadFocus) $('stop').focus();
   S.t0 = performance.now();
-  $('rec').hidden = false;
+  $('rec').dataset.on = 'true';
   S.clock = setInterval(tick, 250);
   tick();
   connect();
@@ -401,7 +401,7 @@ function finish(text) {
   S.ctx = S.node = S.media = null;
   showLevel(0);
   setSpeech(false);
-  $('rec').hidden = true;
+  $('rec').dataset.on = 'false';
   $('lag').textContent = '';
   // The focus was on Stop (pressed, or still there after an error) and would
   // drop to the page as Stop is disabled: it goes back to Start.
