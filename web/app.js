@@ -324,8 +324,7 @@ async function start() {
   Object.assign(S, { done: false, stopping: false, stopSent: false, encoderFlushed: false, session: null, token: null,
                      lastSeq: 0, reconnects: 0, everReady: false, packets: [], next: 0, acked: 0, tsUs: 0, speechEndAt: {},
                      pendingSince: null, fatal: false });
-  const startHadFocus = document.activeElement === $('start');
-  $('start').disabled = true;
+  setToggle('starting');
   try {
     const audio = { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true };
     if ($('mic').value) audio.deviceId = { exact: $('mic').value };
@@ -334,8 +333,7 @@ async function start() {
     listMics();
   } catch (err) {
     S.starting = false;
-    $('start').disabled = false;
-    if (startHadFocus) $('start').focus();
+    setToggle('idle');
     showError(err.name === 'NotAllowedError'
       ? 'The microphone permission was denied. Allow the microphone for this page (see the address bar) and press Start again.'
       : err.name === 'NotFoundError' ? 'No microphone was found.'
@@ -357,15 +355,28 @@ async function start() {
     return;
   }
   S.starting = false;
-  // A focused button that becomes disabled drops the focus to the page: a
-  // keyboard user who pressed Start continues on Stop.
-  $('stop').disabled = false;
-  if (startHadFocus) $('stop').focus();
+  setToggle('recording');
   S.t0 = performance.now();
   $('rec').dataset.on = 'true';
   S.clock = setInterval(tick, 250);
   tick();
   connect();
+}
+
+// One big toggle: Start dictation / Stop dictation. It is never disabled (a
+// disabled button would drop the keyboard focus): while the microphone opens
+// or the last text arrives it says so and ignores presses (aria-disabled).
+const TOGGLE = { idle: 'Start dictation', starting: 'Starting…', recording: 'Stop dictation', finishing: 'Finishing…' };
+function setToggle(state) {
+  const b = $('start');
+  b.dataset.state = state;
+  b.textContent = TOGGLE[state];
+  b.setAttribute('aria-disabled', String(state === 'starting' || state === 'finishing'));
+}
+function toggle() {
+  const st = $('start').dataset.state || 'idle';
+  if (st === 'idle') start();
+  else if (st === 'recording') stop();
 }
 
 function tick() {
@@ -377,8 +388,7 @@ function tick() {
 async function stop() {
   if (!S.active || S.stopping) return;
   S.stopping = true;
-  S.stopHadFocus = document.activeElement === $('stop');
-  $('stop').disabled = true;
+  setToggle('finishing');
   if (S.media) S.media.getTracks().forEach((t) => t.stop());
   if (!S.streaming && !S.everReady) { finish('stopped'); return; } // no session to finish
   if (S.encoder) { try { await S.encoder.flush(); } catch (e) { /* closed */ } }
@@ -403,14 +413,7 @@ function finish(text) {
   setSpeech(false);
   $('rec').dataset.on = 'false';
   $('lag').textContent = '';
-  // The focus was on Stop (pressed, or still there after an error) and would
-  // drop to the page as Stop is disabled: it goes back to Start.
-  const a = document.activeElement;
-  const refocus = a === $('stop') || (S.stopHadFocus && (!a || a === document.body));
-  $('start').disabled = false;
-  $('stop').disabled = true;
-  if (refocus) $('start').focus();
-  S.stopHadFocus = false;
+  setToggle('idle');
   setStatus(text, text === 'stopped' ? '' : 'bad');
   if (T.committed || T.tentative) { T.committed = T.tentative = ''; render(); }
 }
@@ -518,8 +521,7 @@ function transcribeFile(file) {
   xhr.send(form);
 }
 
-$('start').addEventListener('click', start);
-$('stop').addEventListener('click', stop);
+$('start').addEventListener('click', toggle);
 $('copy').addEventListener('click', () => navigator.clipboard.writeText(T.text()).then(() => setStatus('copied'), () => showError('Copy failed')));
 $('dlTxt').addEventListener('click', () => download('transcript.txt', T.text(), 'text/plain'));
 $('dlSrt').addEventListener('click', () => download('transcript.srt', T.srt(), 'application/x-subrip'));
@@ -540,7 +542,7 @@ document.addEventListener('keydown', (e) => {
   if (e.key === 'Escape' && !$('captionView').hidden) captions(false);
   if (e.altKey && (e.key === 'd' || e.key === 'D' || e.code === 'KeyD')) { // the shortcut: start or stop
     e.preventDefault();
-    if (S.active) stop(); else start();
+    toggle();
   }
 });
 window.addEventListener('resize', () => { if (!$('captionView').hidden) T.renderCaptions($('captionLines')); });

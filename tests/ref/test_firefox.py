@@ -175,7 +175,7 @@ def main():
             perr = player.stderr.read().decode(errors="replace") if player.stderr else ""
             ok(f"{codec}: paplay played the clip into the null sink ({played:.1f} s)",
                player.poll() == 0 and played >= clip["seconds"], f"exit {player.poll()} {perr[-200:]!r}")
-            ff.click(c, "#stop")
+            ff.click(c, "#start")  # the toggle: Stop dictation
             stopped = True
             try:
                 ff.wait_for(c, "document.querySelector('#status').textContent === 'stopped'", timeout=60)

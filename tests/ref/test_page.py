@@ -27,7 +27,7 @@ sotto-server. Sections (--only):
 - `use`: a fresh page has Copy/Download/Clear disabled; a dictation (fake
   microphone) shows the elapsed time, the "speech detected" state, a level
   meter below 100 % and the text delay in seconds, without moving the
-  transcript; the transcript's polite live region only ever gets
+  transcript; Alt+D stops it; the transcript's polite live region only ever gets
   finals appended (nothing removed, one addition per final); the text
   survives a reload (localStorage); Clear is undone by "Undo clear".
 - `upload`: a file picked in the page is transcribed through
@@ -298,11 +298,12 @@ def section_down(args, srv, ok, shot, browser, **_):
         live = page.evaluate(LIVE_TRACKS)
         opened = page.evaluate("window.__streams.length")
         start_ok = page.eval_on_selector("#start", "b => !b.disabled")
-        stop_off = page.eval_on_selector("#stop", "b => b.disabled")
+        label = page.inner_text("#start")
         ok("down: Start retries, then says the server cannot be reached",
            retrying and gave_up, f"retrying shown {retrying}; alert {err!r}")
         ok("down: after giving up the microphone is released and Start is usable again",
-           gave_up and live == 0 and start_ok and stop_off, f"live tracks {live}, start enabled {start_ok}")
+           gave_up and live == 0 and start_ok and label == "Start dictation",
+           f"live tracks {live}, start enabled {start_ok}, label {label!r}")
         ok("down: a second press of Start opens no second capture", opened == 1 and not errors,
            f"{opened} captures; page errors {errors[:2]}")
     finally:
@@ -334,7 +335,7 @@ def section_taken(args, srv, ok, shot, browser, **_):
         page.fill("#feed", "taken-feed-2")
         page.click("#start")
         again = wait(page, "document.querySelector('#status').dataset.kind === 'live'", 30000)
-        page.click("#stop")
+        page.click("#start")  # Stop dictation
         done = wait(page, "document.querySelector('#status').textContent === 'stopped'", 60000)
         ok("taken: with another name the same page dictates (no reload)", again and done,
            page.inner_text("#status"))
@@ -593,13 +594,14 @@ def section_use(args, srv, ok, shot, browser, rows, **_):
         wait(p, "window.__seen.speech", 20000)
         shot(p, "recording")
         time.sleep(max(0.0, rows[CLIP]["seconds"] + 2.5 - (time.monotonic() - t0)))
-        p.click("#stop")
+        p.keyboard.press("Alt+d")  # the shortcut: Stop dictation
         stopped = wait(p, "document.querySelector('#status').textContent === 'stopped'", 60000)
         seen = p.evaluate("window.__seen")
         live = p.evaluate("window.__live")
         n_finals = p.evaluate("window.sotto.transcript.finals.length")
         text = p.evaluate("window.sotto.transcript.text()")
         shot(p, "stopped")
+        ok("use: Alt+D stopped the dictation", stopped, p.inner_text("#status"))
         ok("use: while recording the page shows the elapsed time, 'speech detected', and a level below 100 %",
            stopped and seen["recVisible"] and re.match(r"0:\d\d$", seen["elapsed"] or "") and seen["speech"]
            and 10 < seen["level"] < 100, f"{ {k: v for k, v in seen.items() if k != 'lag'} }")

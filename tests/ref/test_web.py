@@ -31,7 +31,7 @@ view (Escape, and Enter on its close button), clear the transcript, undo that
 and clear it again. After every
 key press the focused element (document.activeElement) must be the expected
 one and its focus visible (:focus-visible with an outline or box-shadow);
-Start hands the focus to Stop and Stop back to Start; the caption view keeps
+the one Start/Stop toggle keeps the focus; the caption view keeps
 Tab inside it and gives the focus back to its button when it closes; Tab from
 the last control leaves it (no trap).
 
@@ -129,7 +129,7 @@ def main():
                     time.sleep(max(0.0, 6.0 - (time.monotonic() - t0)))
                     page.evaluate("window.sotto.state.ws.close()")
                 time.sleep(max(0.0, clip["seconds"] + 2.5 - (time.monotonic() - t0)))
-                page.click("#stop")
+                page.click("#start")  # the toggle, now "Stop dictation"
                 page.wait_for_function("document.querySelector('#status').textContent === 'stopped'",
                                        timeout=60000)
                 text = page.evaluate("window.sotto.transcript.text()")
@@ -202,7 +202,7 @@ def auth(pw, args, wav, ok):
             page.wait_for_function("document.querySelector('#status').dataset.kind === 'live'", timeout=30000)
             page.wait_for_function("document.querySelector('#transcript').innerText.trim().length > 0",
                                    timeout=30000)
-            page.click("#stop")
+            page.click("#start")  # Stop dictation
             page.wait_for_function("document.querySelector('#status').textContent === 'stopped'",
                                    timeout=60000)
             return page.evaluate("window.sotto.transcript.text()")
@@ -340,7 +340,7 @@ def keyboard_only(pw, args, srv, wav, clip, ref, e_off, ok):
         for want in ("task", "language", "weights", "summary", "start"):
             press("Shift+Tab", want)
         t0 = time.monotonic()
-        press("Enter", "stop")  # Start pressed; the focus moves on to Stop
+        press("Enter", "start")  # Start pressed; the toggle keeps the focus
         try:
             page.wait_for_function("document.querySelector('#status').dataset.kind === 'live'",
                                    timeout=30000)
@@ -350,10 +350,11 @@ def keyboard_only(pw, args, srv, wav, clip, ref, e_off, ok):
         if other and f", {other} (" not in status or ", en" not in status:
             problems.append(f"status {status!r} does not show weights {other} and language en")
         f = page.evaluate(FOCUS_JS)
-        if f["id"] != "stop":
-            problems.append(f"focus on {f['id']} after the session started, not stop")
+        label = page.inner_text("#start")
+        if f["id"] != "start" or label != "Stop dictation":
+            problems.append(f"focus on {f['id']} after the session started, label {label!r}")
         time.sleep(max(0.0, clip["seconds"] + 2.5 - (time.monotonic() - t0)))
-        page.keyboard.press("Space")  # Stop
+        page.keyboard.press("Space")  # Stop dictation
         try:
             page.wait_for_function("document.querySelector('#status').textContent === 'stopped'",
                                    timeout=60000)
@@ -366,7 +367,7 @@ def keyboard_only(pw, args, srv, wav, clip, ref, e_off, ok):
         e = rc.edit_distance(ref, rc.normalize(text).split())
         if e > e_off + 5:
             problems.append(f"{e}/{len(ref)} word errors (offline {e_off}): {text.strip()!r}")
-        phase("Enter on Start dictates (focus moves to Stop), Space on Stop ends it (focus back on Start)",
+        phase("Enter on the toggle starts dictation, Space on it (now Stop dictation) ends it; the focus stays on it",
               f"status {status!r}; {e}/{len(ref)} word errors (offline {e_off})")
 
         # -- close the settings, copy, download .txt/.srt/.vtt
