@@ -561,4 +561,4 @@ fetch('v1/info').then((r) => r.json()).then((info) => {
 listMics();
 render();
 
-window.sotto = { state: S, transcript: T, access: A }; // for tests and the console
+window.sotto = { state: S, transcript: T, access: A, render }; // for tests and the console

@@ -29,7 +29,8 @@ sotto-server. Sections (--only):
   meter below 100 % and the text delay in seconds, without moving the
   transcript; Alt+D stops it; the transcript's polite live region only ever gets
   finals appended (nothing removed, one addition per final); the text
-  survives a reload (localStorage); Clear is undone by "Undo clear".
+  survives a reload (localStorage); Clear is undone by "Undo clear"; a long
+  transcript scrolls and follows new text.
 - `upload`: a file picked in the page is transcribed through
   /v1/audio/transcriptions with the same words as `sotto transcribe`.
 
@@ -627,6 +628,18 @@ def section_use(args, srv, ok, shot, browser, rows, **_):
         back = p.evaluate("window.sotto.transcript.text()")
         ok("use: Clear empties the transcript and Undo clear brings it back",
            cleared and back == text and not errors, f"cleared {cleared}; errors {errors[:2]}")
+        # a long transcript: the box scrolls, and new text is followed to the end
+        follow = p.evaluate("""() => { const T = window.sotto.transcript, box = document.querySelector('#transcript');
+          for (let i = 0; i < 60; i++) T.finals.push({utterance: 100 + i, text: 'Line ' + i + ' of a long talk.', start: i, end: i + 1});
+          window.sotto.render();
+          const a = box.scrollHeight - box.scrollTop - box.clientHeight;
+          T.finals.push({utterance: 200, text: 'The newest line.', start: 61, end: 62});
+          window.sotto.render();
+          return {scrolls: box.scrollHeight > box.clientHeight + 10, gap1: a,
+                  gap2: box.scrollHeight - box.scrollTop - box.clientHeight}; }""")
+        shot(p, "long-transcript")
+        ok("use: the transcript follows new text to its end", follow["scrolls"] and follow["gap1"] < 2
+           and follow["gap2"] < 2, f"{follow}")
     finally:
         b.close()
 
