@@ -31,7 +31,16 @@ function render() {
   const follow = box.scrollHeight - box.scrollTop - box.clientHeight < 40; // at the end: keep following
   T.render($('finals'), $('current'));
   if (follow) box.scrollTop = box.scrollHeight;
-  if (!$('captionView').hidden) T.renderCaptions($('captionLines'));
+  if (!$('captionView').hidden) {
+    T.renderCaptions($('captionLines'));
+    // the page behind is inert while the view is open: new finals are announced here
+    captionSaid = Math.min(captionSaid, T.finals.length); // after a Clear
+    for (; captionSaid < T.finals.length; captionSaid++) {
+      const p = document.createElement('p');
+      p.textContent = T.finals[captionSaid].text;
+      $('captionSaid').appendChild(p);
+    }
+  }
   const empty = T.empty();
   for (const id of ['copy', 'dlTxt', 'dlSrt', 'dlVtt', 'clear']) $(id).disabled = empty || (id !== 'copy' && id !== 'clear' && !T.finals.length);
   save();
@@ -39,7 +48,7 @@ function render() {
 
 // The finals are saved as they change (a few per minute), so a reload or a
 // closed tab loses at most the utterance in progress.
-let savedCount = -1;
+let savedCount = -1, captionSaid = 0;
 function save() {
   if (T.finals.length === savedCount) return;
   try {
@@ -454,7 +463,12 @@ function captions(on) {
   document.querySelector('header').inert = on;
   document.querySelector('main').inert = on;
   $('captions').setAttribute('aria-pressed', String(on));
-  if (on) { render(); $('captionsOff').focus(); } else $('captions').focus();
+  if (on) {
+    $('captionSaid').textContent = '';
+    captionSaid = T.finals.length; // what was there before is not read out again
+    render();
+    $('captionsOff').focus();
+  } else $('captions').focus();
 }
 
 let undoState = null;
