@@ -9,6 +9,8 @@ sotto-server. Sections (--only):
 - `taken`: another client publishes feed F; the page starting with feed F
   says the name is in use, ends stopped with the microphone released, and
   dictates after the name is changed (no reload).
+- `busy`: a server whose only session slot is taken: the page says the
+  server is busy (a fatal `overloaded`) and ends stopped, microphone released.
 - `viewer`: caption.html?feed=F opened before the talk says it is waiting;
   it shows the session's text once F starts (tentative words styled
   differently from committed ones: colour and font style), says "ended" after
@@ -20,7 +22,8 @@ sotto-server. Sections (--only):
   lines, each one line high and within the width, at 320 px and 1280 px.
 - `layout`: no horizontal scroll at 320, 375 and 414 px (settings open), and
   axe-core finds no violations (WCAG 2 A/AA rules, contrast included) on the
-  page (light and dark) and the viewer.
+  page (light and dark, and with the caption view open) and the viewer (each
+  theme).
 - `insecure`: without navigator.mediaDevices (plain http from another
   device), Start says to open the page over https or on localhost, and no
   script error is raised.
@@ -57,7 +60,7 @@ import server_client as sc  # noqa: E402
 WEB = os.path.join(rc.REPO, "web")
 SHORT = "jfk"  # 11 s
 CLIP = "librispeech_train-clean-100_1898-145715-0024"  # 14.8 s, 2 utterances
-SECTIONS = "down,taken,viewer,cues,layout,insecure,use,upload"
+SECTIONS = "down,taken,busy,viewer,cues,layout,insecure,use,upload"
 
 
 class Checks:
@@ -345,6 +348,32 @@ def section_taken(args, srv, ok, shot, browser, **_):
         other.close()
 
 
+def section_busy(args, srv, ok, shot, browser, **_):
+    """A fatal server error (overloaded: the only session slot is taken)."""
+    busy = sc.Server(args.server, args.model, ["--web", WEB, "--max-sessions", "1"]).start()
+    other = Speaker(busy.ws_url, "busy-feed", b"", hold=True)
+    other.ready.wait(30)
+    b = browser()
+    try:
+        page = b.new_page()
+        page.add_init_script(TRACK_STREAMS)
+        page.goto(busy.http_url + "/")
+        page.click("#start")
+        shown = wait(page, "!document.querySelector('#error').hidden && "
+                           "document.querySelector('#error').textContent.includes('busy')", 30000)
+        err = page.inner_text("#error") if page.is_visible("#error") else ""
+        stopped = wait(page, "document.querySelector('#status').textContent.startsWith('stopped')", 10000)
+        shot(page, "server-busy")
+        live = page.evaluate(LIVE_TRACKS)
+        ok("busy: a fatal error (overloaded) is explained and the page stops, microphone released",
+           shown and stopped and live == 0 and page.inner_text("#start") == "Start dictation",
+           f"alert {err!r}; status {page.inner_text('#status')!r}; live tracks {live}")
+    finally:
+        b.close()
+        other.close()
+        busy.stop()
+
+
 TENTATIVE_JS = """() => {
   const t = document.querySelector('#captionLines .tentative');
   if (!t || !t.textContent.trim()) return null;
@@ -521,13 +550,25 @@ def section_layout(args, srv, ok, shot, browser, **_):
                "; ".join(f"{x['id']}: {[n['target'] for n in x['nodes']][:3]}" for x in v))
             p.close()
         p = b.new_page()
-        p.goto(srv.http_url + "/caption.html?feed=nobody")
-        wait(p, "document.querySelector('#status').textContent.includes('Waiting')", 10000)
+        p.goto(srv.http_url + "/")
+        p.evaluate("() => { const T = window.sotto.transcript; T.finals = [{utterance: 1, text: 'Hello there.', "
+                   "start: 0, end: 1}]; T.committed = ' And'; T.tentative = ' then'; }")
+        p.click("#captions")
         r = axe.run(p, options=opts)
         v = r.response.get("violations", [])
-        ok("layout: axe-core finds no violations on the viewer", not v,
+        ok("layout: axe-core finds no violations with the caption view open", not v,
            "; ".join(f"{x['id']}: {[n['target'] for n in x['nodes']][:3]}" for x in v))
         p.close()
+        for theme in ("dark", "light", "yellow"):
+            p = b.new_page()
+            p.goto(srv.http_url + "/caption.html?feed=nobody")
+            wait(p, "document.querySelector('#status').textContent.includes('Waiting')", 10000)
+            p.select_option("#theme", theme)
+            r = axe.run(p, options=opts)
+            v = r.response.get("violations", [])
+            ok(f"layout: axe-core finds no violations on the viewer ({theme} theme)", not v,
+               "; ".join(f"{x['id']}: {[n['target'] for n in x['nodes']][:3]}" for x in v))
+            p.close()
     finally:
         b.close()
 
