@@ -50,14 +50,15 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 # The Firefox test drives Debian's firefox-esr over WebDriver BiDi (no geckodriver); it and
 # sotto-mic's device test capture from a private PulseAudio server through ALSA's pulse plugin.
+# The fuzzers (scripts/fuzz.sh) need clang and libFuzzer (libclang-rt-14-dev).
 missing=()
-for p in firefox-esr pulseaudio pulseaudio-utils libasound2-plugins opus-tools; do
+for p in firefox-esr pulseaudio pulseaudio-utils libasound2-plugins opus-tools clang libclang-rt-14-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -ne 0 ]; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  echo "test: installing ${missing[*]} for the Firefox and audio device tests"
+  echo "test: installing ${missing[*]} for the Firefox, audio device and fuzz tests"
   $sudo apt-get update -qq || die "apt-get update failed"
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
     || die "apt-get install ${missing[*]} failed"
@@ -88,6 +89,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run "unit tests (ASan+UBSan)" ctest --test-dir "$root/build-asan" --output-on-failure -j 1
 
 if [ "$only_unit" -eq 0 ]; then
+  run "fuzzers, 20 s per target (libFuzzer + ASan/UBSan)" "$root/scripts/fuzz.sh" --short
   # 2. Reference tests on real speech with the optimised build.
   cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$root/build" -j "$(nproc)" >/dev/null || die "release build failed"
@@ -117,6 +119,8 @@ if [ "$only_unit" -eq 0 ]; then
     run "browser dictation page (headless Firefox, PulseAudio microphone)" "$py" "$R/test_firefox.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
     run "OpenAI and Deepgram protocols (official client libraries)" "$py" "$R/test_compat.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest"
     run "OpenAI and Deepgram protocols under ASan+UBSan" "$py" "$R/test_compat.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest" --sanitized
+    run "bounded inputs: static files, methods, uploads, Ogg streams" "$py" "$R/test_inputs.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "bounded inputs under ASan+UBSan" "$py" "$R/test_inputs.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "security: admission, timeouts, frame limits, keys and tokens" "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "security under ASan+UBSan" "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "desktop client sotto-mic (ASan+UBSan build)" "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"

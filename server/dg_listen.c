@@ -189,6 +189,11 @@ static void push_pcm(srv_link *l, dg *d, const unsigned char *data, size_t len) 
     srv_link_audio(l, data, len);
 }
 
+/* The largest Opus packet (61200 bytes, AI_OPUS_MAX_PACKET in
+ * stream/audio_in.c) plus the largest Ogg page body (255 lacing values of
+ * 255 bytes). */
+#define OGG_MAX_PENDING (61200 + 255 * 255)
+
 /* An Ogg stream: OpusHead, OpusTags, then one Opus packet per Ogg packet. */
 static void push_ogg(srv_link *l, dg *d, const unsigned char *data, size_t len) {
     char *buf = ogg_sync_buffer(&d->oy, (long)len);
@@ -201,7 +206,20 @@ static void push_ogg(srv_link *l, dg *d, const unsigned char *data, size_t len) 
             if (ogg_stream_init(&d->os, ogg_page_serialno(&pg))) return;
             d->ogg_stream_ready = 1;
         }
-        if (ogg_page_serialno(&pg) != d->os.serialno || ogg_stream_pagein(&d->os, &pg)) continue;
+        if (ogg_page_serialno(&pg) != d->os.serialno) continue;
+        /* libogg keeps a packet that continues across pages without a limit:
+         * an unfinished packet plus this page must fit the largest Opus
+         * packet plus the largest page (bounds the session's memory) */
+        long pending = d->os.body_fill - d->os.body_returned;
+        if (pending + pg.body_len > OGG_MAX_PENDING) {
+            send_error(l, "UNSUPPORTED_AUDIO",
+                       "the Ogg stream holds a packet longer than the largest Opus packet "
+                       "(61200 bytes)",
+                       1);
+            d->bad = 1;
+            return;
+        }
+        if (ogg_stream_pagein(&d->os, &pg)) continue;
         ogg_packet pk;
         while (ogg_stream_packetout(&d->os, &pk) == 1) {
             int k = d->ogg_packets++;

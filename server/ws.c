@@ -1040,6 +1040,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     srv *s = g_srv;
     conn *c = user;
     switch (reason) {
+    case LWS_CALLBACK_RAW_ADOPT: /* lws hands a CONNECT request over as a raw socket: refuse it */
+        return -1;
     case LWS_CALLBACK_HTTP:
         return on_http(s, wsi, c, in ? (const char *)in : "/");
     case LWS_CALLBACK_HTTP_BODY:

@@ -25,6 +25,7 @@ Run: python3 tests/ref/test_inputs.py --server build/sotto-server --sotto build/
 Exits non-zero if any check fails. Needs sox and opusenc (scripts/test.sh installs them).
 """
 import argparse
+import asyncio
 import http.client
 import json
 import os
@@ -35,6 +36,8 @@ import sys
 import tempfile
 import time
 import uuid
+
+import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -240,6 +243,76 @@ def make_web(tmp):
     return web
 
 
+def _ogg_crc(data):
+    crc = 0
+    for b in data:
+        crc ^= b << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7) if crc & 0x80000000 else crc << 1
+            crc &= 0xFFFFFFFF
+    return crc
+
+
+def ogg_page(body, seq, header_type=0, lacing=None, serial=0x50770):
+    """One Ogg page (RFC 3533) with a valid CRC; lacing defaults to one
+    complete packet of len(body) bytes."""
+    if lacing is None:
+        lacing = [255] * (len(body) // 255) + [len(body) % 255]
+    hdr = (b"OggS" + bytes([0, header_type]) + struct.pack("<qII", 0, serial, seq)
+           + b"\0\0\0\0" + bytes([len(lacing)]) + bytes(lacing))
+    page = bytearray(hdr + body)
+    struct.pack_into("<I", page, 22, _ogg_crc(page))
+    return bytes(page)
+
+
+def section_ogg(port, ck):
+    """Deepgram's Ogg Opus input: a packet continued over page after page
+    (every lacing value 255) would stay buffered in libogg without a limit;
+    the server must refuse it once it outgrows the largest Opus packet."""
+    head = b"OpusHead" + bytes([1, 1]) + struct.pack("<HIhB", 312, 48000, 0, 0)
+    pages = [ogg_page(head, 0, header_type=2)]
+    for i in range(6):  # 6 x 65025 bytes of one never-ending packet
+        pages.append(ogg_page(b"\x55" * 65025, 1 + i, header_type=1 if i else 0,
+                              lacing=[255] * 255))
+
+    async def go():
+        msgs = []
+        ws = await sc.open_ws(f"ws://127.0.0.1:{port}/v1/listen?encoding=ogg-opus&sample_rate=48000")
+
+        async def receive():
+            try:
+                async for m in ws:
+                    if isinstance(m, str):
+                        msgs.append(json.loads(m))
+            except websockets.ConnectionClosed:
+                pass
+
+        rx = asyncio.create_task(receive())
+        try:
+            # paced, as a live stream: bytes still arriving when the server closes
+            # would turn its close into a TCP reset that loses the Error message
+            for pg in pages:
+                if rx.done():
+                    break
+                await ws.send(pg)
+                await asyncio.sleep(0.3)
+        except websockets.ConnectionClosed:
+            pass
+        try:
+            await asyncio.wait_for(rx, timeout=15)
+        except asyncio.TimeoutError:
+            await ws.close()
+            return msgs, "timeout"
+        return msgs, ws.close_code
+
+    msgs, closed = asyncio.run(go())
+    errs = [m for m in msgs if m.get("type") == "Error"]
+    ck.ok("Deepgram ogg-opus: a packet continued over 390 KB of pages is refused "
+          "(Error UNSUPPORTED_AUDIO, close 1008)",
+          any(e.get("variant") == "UNSUPPORTED_AUDIO" and "61200" in e.get("message", "")
+              for e in errs) and closed == 1008, f"messages {msgs[:3]}, close {closed}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", default=os.path.join(rc.REPO, "build", "sotto-server"))
@@ -263,6 +336,8 @@ def main():
             section_methods(srv.port, ck)
             print("uploads")
             section_uploads(srv, tmp, clip, ck)
+            print("streams")
+            section_ogg(srv.port, ck)
         finally:
             code = srv.stop()
         ck.ok("the server exits 0 on SIGTERM", code == 0, f"exit {code}; log {srv.log_path}")
