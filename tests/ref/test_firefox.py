@@ -25,7 +25,9 @@ check that
 and save a screenshot to --artifacts. In the first run also: the .srt download
 (clicked; WebDriver BiDi's download events and a download folder) holds the
 transcript's cues, and the caption view opens on a click with the focus on its
-close button and closes on Escape, the focus back on its button.
+close button and closes on Escape, the focus back on its button. Then the
+caption viewer (caption.html), opened before its feed starts: it waits, shows
+the session (tentative words styled apart from committed ones) and says ended.
 
 Needs the Debian packages firefox-esr, pulseaudio, pulseaudio-utils, sox and the
 PyPI package websockets.
@@ -91,6 +93,40 @@ def exports_and_caption_view(ff, c, dl_dir, text, ok):
     ok("the caption view opens with the focus on its close button and closes on Escape",
        opened[0] and opened[1] == "captionsOff" and last in opened[2] and closed == [True, "captions"],
        f"opened {opened}, then {closed}")
+
+
+def viewer(ff, c, srv, clip_file, tmp, artifacts, ok):
+    """The caption viewer in Firefox: opened before the feed starts it waits;
+    it shows the session (tentative words styled apart), then says ended."""
+    from test_page import TENTATIVE_JS, Speaker, pcm16k
+    ff.navigate(c, srv.http_url + "/caption.html?feed=firefox-feed")
+    try:
+        ff.wait_for(c, "document.querySelector('#status').textContent.includes('Waiting')", timeout=15)
+        waiting = True
+    except TimeoutError:
+        waiting = False
+    sp = Speaker(srv.ws_url, "firefox-feed", pcm16k(clip_file, tmp), realtime=True)
+    tent, t0 = None, time.monotonic()
+    try:
+        while tent is None and time.monotonic() - t0 < 30 and not sp.done.is_set():
+            tent = ff.evaluate(c, "(" + TENTATIVE_JS + ")()")
+            if tent is None:
+                time.sleep(0.05)
+        sp.done.wait(120)
+        try:
+            ff.wait_for(c, "document.querySelector('#status').textContent.includes('ended')", timeout=30)
+            ended = True
+        except TimeoutError:
+            ended = False
+        shown = ff.evaluate(c, "document.querySelector('#captionLines').textContent")
+        ff.screenshot(c, os.path.join(artifacts, "firefox-caption-viewer.png"))
+    finally:
+        sp.close()
+    last = [w.strip(".,") for w in " ".join(e["text"] for e in sp.finals()).split()[-2:]]
+    ok("viewer: opened before the feed it waits, then shows the session and says ended",
+       waiting and ended and last and all(w in shown for w in last), f"{shown!r}, want {last}")
+    ok("viewer: tentative words look different from committed ones",
+       tent is not None and tent["color"] != tent["base"] and tent["style"] != tent["baseStyle"], f"{tent}")
 
 
 def main():
@@ -209,6 +245,7 @@ def main():
             print(f"    screenshot: {shot}")
             if codec == "auto":
                 exports_and_caption_view(ff, c, dl_dir, text, ok)
+        viewer(ff, c, srv, clip["file"], tmp, args.artifacts, ok)
     except (bidi.BidiError, TimeoutError, RuntimeError) as ex:
         ok("the page could be driven in Firefox", False, f"{type(ex).__name__}: {ex}; console "
            f"{ff.logs[-8:] if ff else []}; firefox log {ff.log()[-800:] if ff else ''!r}")
