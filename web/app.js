@@ -492,8 +492,9 @@ function undoClear() {
 
 // ---- file transcription: POST /v1/audio/transcriptions ---------------------------
 
-function transcribeFile(file) {
+async function transcribeFile(file) {
   if (!file) return;
+  if (!$('access').hidden && $('accessKey').value.trim() && !(await takeCredential())) return; // a key typed for it
   const form = new FormData();
   form.append('file', file, file.name);
   form.append('model', 'whisper-1');

@@ -17,7 +17,8 @@ access field and an alert (the server answered `unauthorized`); a key typed
 there is exchanged for a short-lived client token (the page keeps the token,
 never the key, and the field is emptied) and dictation works; a page opened as
 `/#token=ek_...` (a token minted with POST /v1/realtime/client_secrets)
-dictates at once and drops the token from its address.
+dictates at once and drops the token from its address, and transcribes a file
+picked in it with that token.
 
 Section `denied`: with the microphone permission refused, the page's alert says
 so and Start stays usable.
@@ -234,6 +235,16 @@ def auth(pw, args, wav, ok):
         text = dictate(page)
         ok("auth: a page opened with #token=ek_... dictates at once and drops the token from its address",
            text.strip() != "" and hash_after == "" and page.is_hidden("#access"), f"hash {hash_after!r}, {text.strip()[:60]!r}")
+        page.set_input_files("#file", wav)  # file transcription with the same token
+        try:
+            page.wait_for_function("document.querySelector('#fileStatus').textContent.includes('transcribed') || "
+                                   "!document.querySelector('#error').hidden", timeout=120000)
+        except Exception:
+            pass
+        status = page.inner_text("#fileStatus")
+        err = page.inner_text("#error") if page.is_visible("#error") else ""
+        ok("auth: a file picked in the page is transcribed with the page's token",
+           "transcribed" in status and not err, f"{status!r}, alert {err!r}")
     finally:
         browser.close()
         srv.stop()
