@@ -52,7 +52,9 @@
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
     const ws = new WebSocket(`${proto}//${location.host}/v1/feeds/${encodeURIComponent(feed)}${qs}`);
     let again = null; // the wait before the next connection, set by what this one said
+    let heard = false;
     ws.onmessage = (m) => {
+      heard = true;
       const e = JSON.parse(m.data);
       if (e.type === 'error') {
         if (e.code === 'not_found') {
@@ -87,10 +89,14 @@
       }
       if (T.onEvent(e)) show();
     };
-    ws.onclose = () => {
+    ws.onclose = (ev) => {
+      V.lastClose = { code: ev.code, heard };
       if (again === -1) return;
       let wait = again;
-      if (wait == null) { // the connection dropped
+      if (wait == null && !heard && !V.sessions) { // closed unheard before any session: as not_found
+        wait = POLL_MS;
+        status.textContent = `Waiting for feed ${feed} to start…`;
+      } else if (wait == null) { // the connection dropped
         wait = Math.min(10000, 500 * 2 ** tries++);
         status.textContent = `Connection lost; reconnecting in ${(wait / 1000).toFixed(1)} s…`;
       }

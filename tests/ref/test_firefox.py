@@ -105,6 +105,7 @@ def viewer(ff, c, srv, clip_file, tmp, artifacts, ok):
         waiting = True
     except TimeoutError:
         waiting = False
+    before = ff.evaluate(c, "JSON.stringify([document.querySelector('#status').textContent, window.sotto.viewer])")
     sp = Speaker(srv.ws_url, "firefox-feed", pcm16k(clip_file, tmp), realtime=True)
     tent, t0 = None, time.monotonic()
     try:
@@ -124,7 +125,9 @@ def viewer(ff, c, srv, clip_file, tmp, artifacts, ok):
         sp.close()
     last = [w.strip(".,") for w in " ".join(e["text"] for e in sp.finals()).split()[-2:]]
     ok("viewer: opened before the feed it waits, then shows the session and says ended",
-       waiting and ended and last and all(w in shown for w in last), f"{shown!r}, want {last}")
+       waiting and ended and last and all(w in shown for w in last),
+       f"waiting shown {waiting} ({before}), ended shown {ended}; {shown!r}, want {last}; "
+       f"status {ff.evaluate(c, 'document.querySelector(`#status`).textContent')!r}; console {ff.logs[-4:]}")
     ok("viewer: tentative words look different from committed ones",
        tent is not None and tent["color"] != tent["base"] and tent["style"] != tent["baseStyle"], f"{tent}")
 
