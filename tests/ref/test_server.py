@@ -1026,10 +1026,32 @@ def section_feeds(ctx, ck):
     st, vtt, st2, srt, st3 = extra.get("files", (0, "", 0, "", 0))
     texts = [t.strip() for _, _, t in want_finals if t.strip()]
     cues = [b for b in vtt.split("\n\n")[1:] if b.strip()]
-    ok_vtt = st == 200 and vtt.startswith("WEBVTT") and len(cues) == len(texts) and all(
-        c.split("\n", 1)[1].strip() == t for c, t in zip(cues, texts))
-    ck.ok("feeds: GET NAME.vtt?key= -> WEBVTT with one cue per final, in order", ok_vtt,
-          f"status {st}: {vtt[:300]!r}")
+
+    def vtt_secs(ts):
+        h, m, rest = ts.split(":")
+        return int(h) * 3600 + int(m) * 60 + float(rest)
+
+    cue_words, shape_ok, prev_end = [], bool(cues), 0.0
+    for c in cues:
+        head, _, body = c.partition("\n")
+        a, _, b = head.partition(" --> ")
+        try:
+            t0, t1 = vtt_secs(a.strip()), vtt_secs(b.strip())
+        except ValueError:
+            shape_ok = False
+            continue
+        lines = body.strip().split("\n")
+        # subtitle-grade cues (stream/subtitle.c): at most 2 lines of 42
+        # characters, at most about 7 s, in order
+        shape_ok &= (len(lines) <= 2 and all(len(x) <= 42 or " " not in x for x in lines)
+                     and t1 - t0 <= 7.01 and t0 >= prev_end - 0.001 and t1 >= t0)
+        prev_end = t1
+        cue_words += body.split()
+    final_words = " ".join(texts).split()
+    ok_vtt = st == 200 and vtt.startswith("WEBVTT") and shape_ok and cue_words == final_words
+    ck.ok("feeds: GET NAME.vtt?key= -> WEBVTT whose cues hold the finals' words in order, "
+          "each at most 2 lines of 42 characters and 7 s", ok_vtt,
+          f"status {st}, shape {shape_ok}, words equal {cue_words == final_words}: {vtt[:300]!r}")
     ck.ok("feeds: GET NAME.srt?key= -> numbered SRT cues; without the key -> 403",
           st2 == 200 and srt.startswith("1\n00:00:") and " --> " in srt and st3 == 403,
           f"srt status {st2}: {srt[:120]!r}; no key: {st3}")
