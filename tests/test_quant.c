@@ -294,9 +294,8 @@ typedef struct {
     float *dq_nested;
 } qmat;
 
-/* Quantizes src [rows][cols] into fmt (in chunks of `chunk` rows). */
-static int qmat_make(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src, int chunk,
-                     int double_quant) {
+/* Buffers for src [rows][cols] in fmt (and NVFP4's global scale). */
+static void qmat_alloc(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src) {
     memset(q, 0, sizeof *q);
     q->w.fmt = fmt, q->w.rows = rows, q->w.cols = cols;
     size_t n = (size_t)rows * cols;
@@ -308,6 +307,13 @@ static int qmat_make(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *s
         for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
         q->w.global_scale = sotto_nvfp4_global_scale(amax);
     }
+}
+
+/* Quantizes src [rows][cols] into fmt (in chunks of `chunk` rows). */
+static int qmat_make(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src, int chunk,
+                     int double_quant) {
+    qmat_alloc(q, fmt, rows, cols, src);
+    size_t n = (size_t)rows * cols;
     for (int r = 0; r < rows; r += chunk) {
         int nr = rows - r < chunk ? rows - r : chunk;
         int rc = sotto_quantize_rows(&q->w, q->data, q->scales, src + (size_t)r * cols, r, nr);
@@ -886,17 +892,7 @@ static void test_kernels_large(void) {
 /* Quantizes src with options into a fresh qmat (all rows at once). */
 static int qmat_make_opt(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src,
                          const sotto_quant_opts *o) {
-    memset(q, 0, sizeof *q);
-    q->w.fmt = fmt, q->w.rows = rows, q->w.cols = cols;
-    size_t n = (size_t)rows * cols;
-    q->data = calloc(n * 4 + 64, 1);
-    q->scales = calloc(n * 4 / 16 + 64, 1);
-    q->w.data = q->data, q->w.scales = q->scales;
-    if (fmt == SOTTO_WFMT_NVFP4) {
-        float amax = 0;
-        for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
-        q->w.global_scale = sotto_nvfp4_global_scale(amax);
-    }
+    qmat_alloc(q, fmt, rows, cols, src);
     return sotto_quantize_rows_opt(&q->w, q->data, q->scales, src, 0, rows, o);
 }
 
