@@ -264,8 +264,12 @@ static int put_nf4(hf_load *L, const sotto_st_file *f, const char *base, const c
         return sotto_err_set(err, SOTTO_E_UNSUPPORTED,
                              "%s: '%s' is not an NF4 quant state with blocks of 64", f->path, name);
     }
-    rows = (int64_t)cJSON_GetArrayItem(shape, 0)->valuedouble;
-    cols = (int64_t)cJSON_GetArrayItem(shape, 1)->valuedouble;
+    const cJSON *d0 = cJSON_GetArrayItem(shape, 0), *d1 = cJSON_GetArrayItem(shape, 1);
+    /* in range before the cast: a double past int64's range converts with undefined behaviour */
+    if (cJSON_IsNumber(d0) && d0->valuedouble >= 1 && d0->valuedouble <= (1 << 20))
+        rows = (int64_t)d0->valuedouble;
+    if (cJSON_IsNumber(d1) && d1->valuedouble >= 1 && d1->valuedouble <= (1 << 20))
+        cols = (int64_t)d1->valuedouble;
     int nested = cJSON_IsNumber(off);
     float offset = nested ? (float)off->valuedouble : 0.0f;
     cJSON_Delete(st);

@@ -76,6 +76,12 @@ int sotto_snapshot_check_tensor(const cJSON *recipe, const char *file, const cha
     if (!cJSON_IsNumber(crc))
         return sotto_err_set(err, SOTTO_E_FORMAT, "%s: tensor '%s' is not listed in %s", file, name,
                              SOTTO_SNAPSHOT_RECIPE);
+    double want = crc->valuedouble;
+    if (!(want >= 0 && want <= 4294967295.0) || want != (double)(unsigned long)want)
+        return sotto_err_set(err, SOTTO_E_FORMAT,
+                             "%s: the CRC-32 listed for tensor '%s' in %s is not a 32-bit "
+                             "unsigned integer",
+                             file, name, SOTTO_SNAPSHOT_RECIPE);
     uLong c = crc32(0L, Z_NULL, 0);
     const unsigned char *p = data;
     size_t left = nbytes;
@@ -85,10 +91,10 @@ int sotto_snapshot_check_tensor(const cJSON *recipe, const char *file, const cha
         p += chunk;
         left -= chunk;
     }
-    if ((double)c != crc->valuedouble)
+    if ((double)c != want)
         return sotto_err_set(err, SOTTO_E_FORMAT,
                              "%s: tensor '%s' is corrupted (CRC-32 %08lx, the recipe says %08lx)",
-                             file, name, (unsigned long)c, (unsigned long)crc->valuedouble);
+                             file, name, (unsigned long)c, (unsigned long)want);
     return SOTTO_OK;
 }
 
