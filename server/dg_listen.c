@@ -13,29 +13,30 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "compat.h"
+#include "dg_listen.h"
 
 #include "subtitle.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <libwebsockets.h>
-#include <ogg/ogg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-enum { E_LINEAR16, E_MULAW, E_ALAW, E_OPUS, E_OGG_OPUS };
+enum { E_LINEAR16 = SRV_DG_LINEAR16, E_MULAW = SRV_DG_MULAW, E_ALAW = SRV_DG_ALAW, E_OPUS = SRV_DG_OPUS,
+       E_OGG_OPUS = SRV_DG_OGG_OPUS };
 
 typedef struct dg {
     srv_session *ss;
-    char request_id[40], model[64], language[16], created[32];
-    int enc, rate, channels;
-    int interim, vad_events, endpointing_ms, utterance_end_ms;
+    char request_id[40], created[32];
+    srv_dg_query q;     /* the query (dg_listen.h) */
     int bad;            /* the query was refused: everything else is ignored */
     /* Ogg Opus */
-    int ogg, ogg_sync_ready, ogg_stream_ready, ogg_packets;
-    ogg_sync_state oy;
-    ogg_stream_state os;
+    int ogg;
+    srv_ogg og;
+    srv_link *link;     /* while pushing Ogg: the connection the packets go to */
     /* progress */
     double audio_s;     /* accepted audio, for interim durations */
     double utt_start;
@@ -61,19 +62,39 @@ static void send_error(srv_link *l, const char *variant, const char *msg, int fa
     if (fatal) srv_link_close_after(l, LWS_CLOSE_STATUS_POLICY_VIOLATION);
 }
 
-/* The value of query parameter name ("encoding=") into buf. */
-static int arg(struct lws *wsi, const char *name, char *buf, int sz) {
-    const char *v = lws_get_urlarg_by_name(wsi, name, buf, sz);
-    if (!v) return 0;
-    memmove(buf, v, strlen(v) + 1);
-    return 1;
+/* The value of query parameter name ("encoding=") into buf: the first piece
+ * of query that starts with name (as lws_get_urlarg_by_name). */
+static int arg(const char *query, const char *name, char *buf, size_t sz) {
+    size_t nl = strlen(name);
+    for (const char *p = query; p && *p;) {
+        const char *end = strchr(p, '&');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len >= nl && !strncmp(p, name, nl)) {
+            size_t vl = len - nl < sz - 1 ? len - nl : sz - 1;
+            memcpy(buf, p + nl, vl);
+            buf[vl] = '\0';
+            return 1;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
 }
 
 static int is_true(const char *v) { return !strcmp(v, "true") || !strcmp(v, "1"); }
 
-static const char *parse_query(dg *d, struct lws *wsi) {
+/* A decimal integer in lo..hi (leading digits count, as atoi; no overflow). */
+static int int_arg(const char *v, long lo, long hi, int *out) {
+    errno = 0;
+    long x = strtol(v, NULL, 10);
+    if (errno || x < lo || x > hi) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+const char *srv_dg_parse_query(srv_dg_query *d, const char *query) {
     char v[96];
-    if (arg(wsi, "encoding=", v, sizeof v)) {
+    memset(d, 0, sizeof *d);
+    if (arg(query, "encoding=", v, sizeof v)) {
         if (!strcmp(v, "linear16")) d->enc = E_LINEAR16;
         else if (!strcmp(v, "mulaw")) d->enc = E_MULAW;
         else if (!strcmp(v, "alaw")) d->enc = E_ALAW;
@@ -82,42 +103,54 @@ static const char *parse_query(dg *d, struct lws *wsi) {
         else return "encoding must be linear16, mulaw, alaw, opus or ogg-opus";
     }
     d->rate = d->enc == E_OPUS || d->enc == E_OGG_OPUS ? 48000 : d->enc == E_LINEAR16 ? 16000 : 8000;
-    if (arg(wsi, "sample_rate=", v, sizeof v)) {
-        d->rate = atoi(v);
-        if (d->rate < 8000 || d->rate > 48000) return "sample_rate must be 8000..48000";
-    }
+    if (arg(query, "sample_rate=", v, sizeof v) && int_arg(v, 8000, 48000, &d->rate))
+        return "sample_rate must be 8000..48000";
     d->channels = 1;
-    if (arg(wsi, "channels=", v, sizeof v)) {
-        d->channels = atoi(v);
-        if (d->channels < 1 || d->channels > 2) return "channels must be 1 or 2 (they are mixed to one)";
-    }
-    if (arg(wsi, "language=", v, sizeof v)) {
+    if (arg(query, "channels=", v, sizeof v) && int_arg(v, 1, 2, &d->channels))
+        return "channels must be 1 or 2 (they are mixed to one)";
+    if (arg(query, "language=", v, sizeof v)) {
         if (strlen(v) >= sizeof d->language) return "language must be a code such as en";
         /* Deepgram's regional codes ("en-US") and "multi" */
         char *dash = strchr(v, '-');
         if (dash) *dash = '\0';
         snprintf(d->language, sizeof d->language, "%s", strcmp(v, "multi") ? v : "auto");
     }
-    if (arg(wsi, "model=", v, sizeof v)) snprintf(d->model, sizeof d->model, "%s", v);
-    if (arg(wsi, "interim_results=", v, sizeof v)) d->interim = is_true(v);
-    if (arg(wsi, "vad_events=", v, sizeof v)) d->vad_events = is_true(v);
-    if (arg(wsi, "endpointing=", v, sizeof v)) {
+    if (arg(query, "model=", v, sizeof v)) snprintf(d->model, sizeof d->model, "%s", v);
+    if (arg(query, "interim_results=", v, sizeof v)) d->interim = is_true(v);
+    if (arg(query, "vad_events=", v, sizeof v)) d->vad_events = is_true(v);
+    if (arg(query, "endpointing=", v, sizeof v)) {
         if (!strcmp(v, "false")) {
             d->endpointing_ms = 10000;
         } else if (strcmp(v, "true")) {
-            int ms = atoi(v);
-            if (ms < 0 || ms > 10000 || !isdigit((unsigned char)v[0])) return "endpointing must be milliseconds (0..10000) or false";
+            int ms;
+            if (!isdigit((unsigned char)v[0]) || int_arg(v, 0, 10000, &ms))
+                return "endpointing must be milliseconds (0..10000) or false";
             d->endpointing_ms = ms < 100 ? 100 : ms; /* sotto's VAD needs 100 ms of silence at least */
         }
     }
-    if (arg(wsi, "utterance_end_ms=", v, sizeof v)) {
-        d->utterance_end_ms = atoi(v);
-        if (d->utterance_end_ms < 1000 || d->utterance_end_ms > 5000) return "utterance_end_ms must be 1000..5000";
-    }
+    if (arg(query, "utterance_end_ms=", v, sizeof v) && int_arg(v, 1000, 5000, &d->utterance_end_ms))
+        return "utterance_end_ms must be 1000..5000";
     return NULL;
 }
 
-static void *dg_open(srv_link *l, struct lws *wsi) {
+/* The query as "a=1&b=2" from libwebsockets' URL-decoded pieces ("" without
+ * a connection: the fuzz harness). */
+static void query_of(struct lws *wsi, char *q, size_t sz) {
+    size_t n = 0;
+    q[0] = '\0';
+    if (!wsi) return;
+    char frag[256];
+    for (int i = 0;; i++) {
+        int len = lws_hdr_copy_fragment(wsi, frag, (int)sizeof frag, WSI_TOKEN_HTTP_URI_ARGS, i);
+        if (len < 0 || n + (size_t)len + 2 > sz) break;
+        if (n) q[n++] = '&';
+        memcpy(q + n, frag, (size_t)len);
+        n += (size_t)len;
+        q[n] = '\0';
+    }
+}
+
+void *srv_dg_open_query(srv_link *l, const char *query) {
     dg *d = calloc(1, sizeof *d);
     if (!d) return NULL;
     d->ss = srv_link_session(l);
@@ -135,44 +168,49 @@ static void *dg_open(srv_link *l, struct lws *wsi) {
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(d->created, sizeof d->created, "%Y-%m-%dT%H:%M:%S.000Z", &tm);
-    const char *why = parse_query(d, wsi);
+    const char *why = srv_dg_parse_query(&d->q, query);
     char model[64], mwhy[200];
     sotto_wfmt w;
-    if (!why && srv_compat_model(srv_link_srv(l), d->model, model, sizeof model, &w, mwhy, sizeof mwhy)) why = mwhy;
+    if (!why && srv_compat_model(srv_link_srv(l), d->q.model, model, sizeof model, &w, mwhy, sizeof mwhy)) why = mwhy;
     if (why) {
         d->bad = 1;
         send_error(l, "INVALID_QUERY_PARAMETER", why, 1);
     }
-    d->ogg = d->enc == E_OGG_OPUS;
+    d->ogg = d->q.enc == E_OGG_OPUS;
     return d;
+}
+
+static void *dg_open(srv_link *l, struct lws *wsi) {
+    char query[2048];
+    query_of(wsi, query, sizeof query);
+    return srv_dg_open_query(l, query);
 }
 
 static void dg_close(void *st) {
     dg *d = st;
-    if (d->ogg_stream_ready) ogg_stream_clear(&d->os);
-    if (d->ogg_sync_ready) ogg_sync_clear(&d->oy);
+    srv_ogg_free(&d->og);
     free(d);
 }
 
 static int start_session(srv_link *l, dg *d, int opus_channels) {
     char model[64], why[200];
     sotto_wfmt w;
-    if (srv_compat_model(srv_link_srv(l), d->model, model, sizeof model, &w, why, sizeof why)) return -1;
+    if (srv_compat_model(srv_link_srv(l), d->q.model, model, sizeof model, &w, why, sizeof why)) return -1;
     cJSON *m = cJSON_CreateObject(), *vad = cJSON_CreateObject();
     if (!m || !vad) {
         cJSON_Delete(m), cJSON_Delete(vad);
         return -1;
     }
-    int opus = d->enc == E_OPUS || d->enc == E_OGG_OPUS;
+    int opus = d->q.enc == E_OPUS || d->q.enc == E_OGG_OPUS;
     cJSON_AddStringToObject(m, "type", "start");
     cJSON_AddStringToObject(m, "encoding", opus ? "opus" : "pcm_s16le");
-    cJSON_AddNumberToObject(m, "sample_rate", opus ? 48000 : d->rate);
-    cJSON_AddNumberToObject(m, "channels", opus && opus_channels ? opus_channels : d->channels);
+    cJSON_AddNumberToObject(m, "sample_rate", opus ? 48000 : d->q.rate);
+    cJSON_AddNumberToObject(m, "channels", opus && opus_channels ? opus_channels : d->q.channels);
     if (model[0]) cJSON_AddStringToObject(m, "model", model);
     cJSON_AddStringToObject(m, "weights", sotto_wfmt_name(w));
-    if (d->language[0]) cJSON_AddStringToObject(m, "language", d->language);
-    cJSON_AddBoolToObject(m, "partials", d->interim);
-    if (d->endpointing_ms) cJSON_AddNumberToObject(vad, "silence_ms", d->endpointing_ms);
+    if (d->q.language[0]) cJSON_AddStringToObject(m, "language", d->q.language);
+    cJSON_AddBoolToObject(m, "partials", d->q.interim);
+    if (d->q.endpointing_ms) cJSON_AddNumberToObject(vad, "silence_ms", d->q.endpointing_ms);
     cJSON_AddItemToObject(m, "vad", vad);
     int rc = srv_link_start(l, m);
     cJSON_Delete(m);
@@ -180,8 +218,8 @@ static int start_session(srv_link *l, dg *d, int opus_channels) {
 }
 
 static void push_pcm(srv_link *l, dg *d, const unsigned char *data, size_t len) {
-    if (d->enc == E_MULAW || d->enc == E_ALAW) {
-        unsigned char *s16 = srv_g711_to_s16le(data, len, d->enc == E_ALAW);
+    if (d->q.enc == E_MULAW || d->q.enc == E_ALAW) {
+        unsigned char *s16 = srv_g711_to_s16le(data, len, d->q.enc == E_ALAW);
         if (s16) srv_link_audio(l, s16, len * 2);
         free(s16);
         return;
@@ -189,52 +227,84 @@ static void push_pcm(srv_link *l, dg *d, const unsigned char *data, size_t len) 
     srv_link_audio(l, data, len);
 }
 
-/* The largest Opus packet (61200 bytes, AI_OPUS_MAX_PACKET in
- * stream/audio_in.c) plus the largest Ogg page body (255 lacing values of
- * 255 bytes). */
-#define OGG_MAX_PENDING (61200 + 255 * 255)
+/* ---- the Ogg Opus demuxer (dg_listen.h) ---------------------------------------------- */
 
-/* An Ogg stream: OpusHead, OpusTags, then one Opus packet per Ogg packet. */
-static void push_ogg(srv_link *l, dg *d, const unsigned char *data, size_t len) {
-    char *buf = ogg_sync_buffer(&d->oy, (long)len);
-    if (!buf) return;
-    memcpy(buf, data, len);
-    ogg_sync_wrote(&d->oy, (long)len);
+int srv_ogg_opus_push(srv_ogg *g, const void *data, size_t len, srv_ogg_packet_fn fn, void *user,
+                      const char **why) {
+    if (!g->sync_ready) ogg_sync_init(&g->oy), g->sync_ready = 1;
+    if (len > (size_t)0x7fffffff) return *why = "an Ogg message too large", -1;
+    char *buf = ogg_sync_buffer(&g->oy, (long)len);
+    if (!buf) return *why = "out of memory", -1;
+    if (len) memcpy(buf, data, len);
+    ogg_sync_wrote(&g->oy, (long)len);
     ogg_page pg;
-    while (ogg_sync_pageout(&d->oy, &pg) == 1) {
-        if (!d->ogg_stream_ready) {
-            if (ogg_stream_init(&d->os, ogg_page_serialno(&pg))) return;
-            d->ogg_stream_ready = 1;
+    int got;
+    /* -1 (bytes skipped to find the next page) goes on looking: stopping there
+     * would leave the rest of the message in the sync buffer, which grew by
+     * a message's bytes for each skip (a message of many pages between bytes
+     * that never sync) */
+    while ((got = ogg_sync_pageout(&g->oy, &pg)) != 0) {
+        if (got < 0) continue;
+        if (!g->stream_ready) {
+            if (ogg_stream_init(&g->os, ogg_page_serialno(&pg))) return *why = "out of memory", -1;
+            g->stream_ready = 1;
         }
-        if (ogg_page_serialno(&pg) != d->os.serialno) continue;
+        if (ogg_page_serialno(&pg) != g->os.serialno) continue;
         /* libogg keeps a packet that continues across pages without a limit:
          * an unfinished packet plus this page must fit the largest Opus
          * packet plus the largest page (bounds the session's memory) */
-        long pending = d->os.body_fill - d->os.body_returned;
-        if (pending + pg.body_len > OGG_MAX_PENDING) {
-            send_error(l, "UNSUPPORTED_AUDIO",
-                       "the Ogg stream holds a packet longer than the largest Opus packet "
-                       "(61200 bytes)",
-                       1);
-            d->bad = 1;
-            return;
-        }
-        if (ogg_stream_pagein(&d->os, &pg)) continue;
+        long pending = g->os.body_fill - g->os.body_returned;
+        if (pending + pg.body_len > SRV_OGG_MAX_PENDING)
+            return *why = "the Ogg stream holds a packet longer than the largest Opus packet (61200 bytes)", -1;
+        if (ogg_stream_pagein(&g->os, &pg)) continue;
         ogg_packet pk;
-        while (ogg_stream_packetout(&d->os, &pk) == 1) {
-            int k = d->ogg_packets++;
-            if (k == 0) {
-                if (pk.bytes < 19 || memcmp(pk.packet, "OpusHead", 8)) {
-                    send_error(l, "UNSUPPORTED_AUDIO", "the Ogg stream does not hold Opus (no OpusHead)", 1);
-                    d->bad = 1;
-                    return;
-                }
-                int ch = pk.packet[9];
-                if (!srv_link_started(l) && start_session(l, d, ch >= 1 && ch <= 2 ? ch : 2)) return;
-            } else if (k > 1 && pk.bytes > 0) { /* k == 1: OpusTags */
-                srv_link_audio(l, pk.packet, (size_t)pk.bytes);
-            }
+        while (ogg_stream_packetout(&g->os, &pk) == 1) {
+            int k = g->packets < 2 ? g->packets++ : 2;
+            if (k == 0 && (pk.bytes < 19 || memcmp(pk.packet, "OpusHead", 8)))
+                return *why = "the Ogg stream does not hold Opus (no OpusHead)", -1;
+            if (pk.bytes < 0) continue;
+            if (fn(user, k, pk.packet, (size_t)pk.bytes)) return 1;
         }
+    }
+    return 0;
+}
+
+void srv_ogg_free(srv_ogg *g) {
+    if (g->stream_ready) ogg_stream_clear(&g->os);
+    if (g->sync_ready) ogg_sync_clear(&g->oy);
+    g->stream_ready = g->sync_ready = 0;
+}
+
+/* A packet of the Deepgram client's Ogg stream: OpusHead starts the session
+ * (with its channel count), OpusTags is skipped, audio goes to the session.
+ * A session that did not start (its error event says why) takes nothing
+ * more: OpusHead comes once, so the stream cannot start it later
+ * (fuzz_deepgram found the audio that followed going to a session never
+ * started). */
+static int ogg_packet_in(void *user, int index, const unsigned char *pk, size_t len) {
+    dg *d = user;
+    if (index == 0) {
+        int ch = pk[9];
+        if (!srv_link_started(d->link) && start_session(d->link, d, ch >= 1 && ch <= 2 ? ch : 2)) {
+            d->bad = 1;
+            return 1;
+        }
+        return 0;
+    }
+    if (!srv_link_started(d->link)) {
+        d->bad = 1;
+        return 1;
+    }
+    if (index > 1 && len > 0) srv_link_audio(d->link, pk, len);
+    return 0;
+}
+
+static void push_ogg(srv_link *l, dg *d, const unsigned char *data, size_t len) {
+    const char *why = NULL;
+    d->link = l;
+    if (srv_ogg_opus_push(&d->og, data, len, ogg_packet_in, d, &why) < 0) {
+        send_error(l, "UNSUPPORTED_AUDIO", why, 1);
+        d->bad = 1;
     }
 }
 
@@ -243,9 +313,8 @@ static void dg_receive(void *st, srv_link *l, int binary, const unsigned char *d
     if (d->bad) return;
     if (binary) {
         if (len == 0) return;
-        if (d->enc == E_OPUS && !srv_link_started(l) && len >= 4 && !memcmp(data, "OggS", 4)) d->ogg = 1;
+        if (d->q.enc == E_OPUS && !srv_link_started(l) && len >= 4 && !memcmp(data, "OggS", 4)) d->ogg = 1;
         if (d->ogg) {
-            if (!d->ogg_sync_ready) ogg_sync_init(&d->oy), d->ogg_sync_ready = 1;
             push_ogg(l, d, data, len);
             return;
         }
@@ -285,6 +354,13 @@ static double dnum(const cJSON *o, const char *k) {
 static const char *jstr(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* An event's utterance number: 1.. (0 if absent or out of int range; the
+ * range check comes before the conversion). */
+static int utt_of(const cJSON *ev) {
+    double u = dnum(ev, "utterance");
+    return u >= 1 && u <= 2147483647.0 ? (int)u : 0;
 }
 
 static cJSON *channel_index(void) {
@@ -346,11 +422,11 @@ static void dg_translate(void *st, srv_link *l, const cJSON *ev) {
     if (!type) return;
     if (!strcmp(type, "ack")) {
         double off = dnum(ev, "offset");
-        d->audio_s = d->ss->encoding == SOTTO_ENCODING_OPUS ? off * 0.02 : off / (d->rate ? d->rate : 16000);
+        d->audio_s = d->ss->encoding == SOTTO_ENCODING_OPUS ? off * 0.02 : off / (d->q.rate ? d->q.rate : 16000);
     } else if (!strcmp(type, "speech_start")) {
         d->utt_start = dnum(ev, "start");
         d->last_interim[0] = '\0';
-        if (d->vad_events) {
+        if (d->q.vad_events) {
             cJSON *o = cJSON_CreateObject();
             if (!o) return;
             cJSON_AddStringToObject(o, "type", "SpeechStarted");
@@ -359,7 +435,7 @@ static void dg_translate(void *st, srv_link *l, const cJSON *ev) {
             cJSON_AddNumberToObject(o, "timestamp", d->utt_start);
             send_obj(l, o);
         }
-    } else if (!strcmp(type, "partial") && d->interim) {
+    } else if (!strcmp(type, "partial") && d->q.interim) {
         const char *c = jstr(ev, "committed"), *t = jstr(ev, "tentative");
         char text[2048];
         snprintf(text, sizeof text, "%s%s", c ? c : "", t ? t : "");
@@ -367,17 +443,17 @@ static void dg_translate(void *st, srv_link *l, const cJSON *ev) {
         snprintf(d->last_interim, sizeof d->last_interim, "%s", text);
         send_results(l, d, text, d->utt_start, d->audio_s > d->utt_start ? d->audio_s : d->utt_start, 0, 0, 0);
     } else if (!strcmp(type, "speech_end")) {
-        int u = (int)dnum(ev, "utterance");
-        d->ended[u % 64] = u;
+        int u = utt_of(ev);
+        if (u > 0) d->ended[u % 64] = u;
     } else if (!strcmp(type, "final")) {
-        int utt = (int)dnum(ev, "utterance");
+        int utt = utt_of(ev);
         const char *text = jstr(ev, "text");
         double start = dnum(ev, "start"), end = dnum(ev, "end");
         int speech_final = utt > 0 && d->ended[utt % 64] == utt;
         send_results(l, d, text ? text : "", start, end, 1, speech_final, d->finalize_pending);
         d->finalize_pending = 0;
         d->last_interim[0] = '\0';
-        if (d->utterance_end_ms && speech_final) {
+        if (d->q.utterance_end_ms && speech_final) {
             cJSON *o = cJSON_CreateObject();
             if (!o) return;
             cJSON_AddStringToObject(o, "type", "UtteranceEnd");

@@ -145,7 +145,7 @@ static void *rt_open(srv_link *l, struct lws *wsi) {
     r->prefix_ms = 300;
     r->silence_ms = 500;
     char q[96];
-    const char *qm = lws_get_urlarg_by_name(wsi, "model=", q, (int)sizeof q);
+    const char *qm = wsi ? lws_get_urlarg_by_name(wsi, "model=", q, (int)sizeof q) : NULL; /* NULL: fuzz harness */
     if (qm) snprintf(r->model, sizeof r->model, "%s", qm);
     return r;
 }
@@ -182,15 +182,15 @@ static const char *parse_turns(rt *n, const cJSON *td) {
     n->vad = 1;
     const cJSON *v;
     if ((v = jobj(td, "threshold"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1) return "threshold must be 0..1";
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1)) return "threshold must be 0..1";
         n->threshold = v->valuedouble;
     }
     if ((v = jobj(td, "prefix_padding_ms"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2000) return "prefix_padding_ms must be 0..2000";
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 2000)) return "prefix_padding_ms must be 0..2000";
         n->prefix_ms = (int)v->valuedouble;
     }
     if ((v = jobj(td, "silence_duration_ms"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 100 || v->valuedouble > 10000)
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 100 && v->valuedouble <= 10000))
             return "silence_duration_ms must be 100..10000";
         n->silence_ms = (int)v->valuedouble;
     }
@@ -225,7 +225,7 @@ static const char *parse_format(rt *n, const cJSON *f) {
         n->fmt = F_PCM16;
         const cJSON *rate = cJSON_IsObject(f) ? jobj(f, "rate") : NULL;
         if (rate) {
-            if (!cJSON_IsNumber(rate) || rate->valuedouble < 8000 || rate->valuedouble > 48000)
+            if (!cJSON_IsNumber(rate) || !(rate->valuedouble >= 8000 && rate->valuedouble <= 48000))
                 return "format.rate must be 8000..48000 (24000 is OpenAI's)";
             n->rate = (int)rate->valuedouble;
         } else {
@@ -392,14 +392,22 @@ static void rt_receive(void *st, srv_link *l, int binary, const unsigned char *d
 
 /* ---- session events ---------------------------------------------------------------------- */
 
-static int num(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? (int)v->valuedouble : 0;
-}
-
 static double dnum(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+/* An event's utterance number: 1.. (0 if absent or out of int range; the
+ * range check comes before the conversion, a double outside int is UB). */
+static int utt_of(const cJSON *ev) {
+    double u = dnum(ev, "utterance");
+    return u >= 1 && u <= 2147483647.0 ? (int)u : 0;
+}
+
+/* Seconds of an event field as whole milliseconds, clamped to 0..INT_MAX. */
+static int ms_of(const cJSON *ev, const char *k) {
+    double ms = dnum(ev, k) * 1000 + 0.5;
+    return ms >= 0 ? ms < 2147483647.0 ? (int)ms : 2147483647 : 0;
 }
 
 static void send_committed(srv_link *l, rt *r, int utt) {
@@ -454,7 +462,7 @@ static void rt_translate(void *st, srv_link *l, const cJSON *ev) {
     rt *r = st;
     const char *type = jstr(ev, "type");
     if (!type) return;
-    int utt = num(ev, "utterance");
+    int utt = utt_of(ev);
     char id[64];
     if (utt) item_id(r, utt, id, sizeof id);
     if (utt > 0 && r->cleared[utt % 64] == utt) return; /* cleared */
@@ -463,14 +471,14 @@ static void rt_translate(void *st, srv_link *l, const cJSON *ev) {
         if (!r->vad) return;
         cJSON *o = ev_new("input_audio_buffer.speech_started");
         if (!o) return;
-        cJSON_AddNumberToObject(o, "audio_start_ms", (int)(dnum(ev, "start") * 1000 + 0.5));
+        cJSON_AddNumberToObject(o, "audio_start_ms", ms_of(ev, "start"));
         cJSON_AddStringToObject(o, "item_id", id);
         send_obj(l, r, o);
     } else if (!strcmp(type, "speech_end")) {
         if (r->vad) {
             cJSON *o = ev_new("input_audio_buffer.speech_stopped");
             if (!o) return;
-            cJSON_AddNumberToObject(o, "audio_end_ms", (int)(dnum(ev, "end") * 1000 + 0.5));
+            cJSON_AddNumberToObject(o, "audio_end_ms", ms_of(ev, "end"));
             cJSON_AddStringToObject(o, "item_id", id);
             send_obj(l, r, o);
         }
