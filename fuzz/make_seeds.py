@@ -396,6 +396,167 @@ def make_multipart():
     put("multipart", "not_multipart", b"application/json\0{}")
 
 
+# ---- control messages of the WebSocket dialects ------------------------------------
+# Seeded from the messages of docs/PROTOCOL.md, docs/COMPAT.md and the tests
+# (tests/ref/test_server.py, test_compat.py, test_security.py).
+
+
+def make_start():
+    msgs_ = {
+        "minimal": {"type": "start"},
+        "protocol_example": {"type": "start", "encoding": "pcm_s16le", "sample_rate": 16000, "channels": 1,
+                             "model": "tiny.en", "weights": "f32", "language": "en", "partials": True},
+        "opus_stereo": {"type": "start", "encoding": "opus", "sample_rate": 48000, "channels": 2},
+        "f32_8k_translate": {"type": "start", "encoding": "pcm_f32le", "sample_rate": 8000, "task": "translate",
+                             "language": "auto", "prompt": "Glossary: sotto, Whisper."},
+        "feed": {"type": "start", "feed": "talk-1.a_b", "feed_key": "k" * 64, "final_timestamps": False},
+        "vad_full": {"type": "start", "step_ms": 100, "max_window_s": 2,
+                     "vad": {"kind": "energy", "threshold": 0.01, "threshold_db": 40, "silence_ms": 100,
+                             "preroll_ms": 2000, "min_speech_ms": 0}},
+        "vad_silero": {"type": "start", "vad": {"kind": "silero", "threshold": 1, "silence_ms": 10000}},
+        "limits_high": {"type": "start", "sample_rate": 48000, "channels": 2, "step_ms": 10000,
+                        "max_window_s": 30, "prompt": "p" * 2000, "language": "x" * 15},
+        "bad_rate": {"type": "start", "sample_rate": 1e300, "channels": -2147483649, "step_ms": "x"},
+        "bad_weights": {"type": "start", "weights": "nf4", "model": "m" * 120},
+        "bad_feed": {"type": "start", "feed": ".hidden", "feed_key": ""},
+        "bad_vad": {"type": "start", "vad": {"kind": "neural", "silence_ms": 99999999999}},
+        "resume": {"type": "resume", "session": "s7-1f2e3d4c", "token": "0123456789abcdef", "last_seq": 12},
+        "resume_big_seq": {"type": "resume", "session": "s1", "token": "t", "last_seq": 1e15},
+        "resume_bad": {"type": "resume", "session": 1, "last_seq": -1},
+    }
+    for name, m in msgs_.items():
+        put("start", name, json.dumps(m).encode())
+    put("start", "not_object", b"[1,2,3]")
+    put("start", "nested", b'{"type":"start","vad":' * 20 + b"{}" + b"}" * 20)
+
+
+def records(opts, recs):
+    """link_stub.h's input: an option byte, then (flag, bytes) records."""
+    out = bytearray([opts])
+    for flag, data in recs:
+        if isinstance(data, (dict, list)):
+            data = json.dumps(data).encode()
+        out += bytes([flag]) + struct.pack("<H", len(data)) + data
+    return bytes(out)
+
+
+def b64(data):
+    import base64
+    return base64.b64encode(data).decode()
+
+
+EV = 0x80  # a session event for the dialect to translate
+
+
+def session_events(final_text=" Hello world."):
+    return [(EV, {"type": "hello", "protocol": "sotto.v1", "seq": 1}),
+            (EV, {"type": "ready", "session": "s7-1f2e3d4c", "token": "t"}),
+            (EV, {"type": "ack", "offset": 4000}),
+            (EV, {"type": "speech_start", "utterance": 1, "start": 0.42}),
+            (EV, {"type": "partial", "utterance": 1, "pass": 1, "committed": "", "tentative": " Hello"}),
+            (EV, {"type": "commit", "utterance": 1, "pass": 2, "text": " Hello", "committed": " Hello"}),
+            (EV, {"type": "speech_end", "utterance": 1, "end": 3.1}),
+            (EV, {"type": "final", "utterance": 1, "text": final_text, "start": 0.42, "end": 3.1}),
+            (EV, {"type": "done", "audio_seconds": 3.5, "dropped_seconds": 0})]
+
+
+def make_realtime():
+    pcm = pcm_bytes(tone(480, 24000), 16)
+    ga = {"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+        "format": {"type": "audio/pcm", "rate": 24000},
+        "transcription": {"model": "gpt-4o-transcribe", "language": "en", "prompt": "sotto"},
+        "turn_detection": {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
+                           "silence_duration_ms": 500}}}}}
+    beta = {"type": "transcription_session.update", "session": {
+        "input_audio_format": "g711_ulaw", "input_audio_transcription": {"model": "whisper-1"},
+        "turn_detection": None}}
+    append = {"type": "input_audio_buffer.append", "audio": b64(pcm), "event_id": "evt_1"}
+    put("realtime", "ga_session", records(0, [(0, ga), (0, append), (0, append),
+                                              (0, {"type": "input_audio_buffer.commit"})] + session_events()))
+    put("realtime", "beta_ulaw", records(0, [(0, beta), (0, {"type": "input_audio_buffer.append",
+                                                             "audio": b64(b"\xff\x7f" * 80)}),
+                                             (0, {"type": "input_audio_buffer.clear"})] + session_events()))
+    put("realtime", "alaw_model_name", records(0, [(0, {"type": "session.update", "session": {"audio": {"input": {
+        "format": {"type": "audio/pcma"}, "transcription": {"model": "whisper-tiny.en:q8"}}}}}),
+        (0, {"type": "input_audio_buffer.append", "audio": b64(b"\x55" * 160)})]))
+    put("realtime", "start_fails", records(1, [(0, append), (0, append)]))
+    put("realtime", "errors", records(0, [(1, b"\x00\x01binary"), (0, b"not json"), (0, {"no": "type"}),
+                                          (0, {"type": "response.create"}),
+                                          (0, {"type": "input_audio_buffer.append", "audio": "!!"}),
+                                          (0, {"type": "input_audio_buffer.append", "audio": b64(b"abc")}),
+                                          (0, {"type": "input_audio_buffer.commit"}),
+                                          (0, {"type": "session.update", "session": {"type": "realtime"}}),
+                                          (0, {"type": "session.update", "session": {"audio": {"input": {
+                                              "format": {"type": "audio/pcm", "rate": 4e9},
+                                              "turn_detection": {"type": "semantic_vad", "threshold": 2}}}}})]))
+    put("realtime", "events_odd", records(0, [(0, append)] + [
+        (EV, {"type": "speech_start", "utterance": -5, "start": 1e300}),
+        (EV, {"type": "final", "utterance": 3e10, "text": "x", "start": -1, "end": 1e308}),
+        (EV, {"type": "error", "code": "internal", "message": "m", "fatal": True, "utterance": -64}),
+        (EV, {"type": "error", "code": "overloaded", "fatal": True})]))
+    put("realtime", "update_after_start", records(0, [(0, append), (0, ga), (0, beta)]))
+
+
+def make_deepgram(tmp):
+    pcm = pcm_bytes(tone(320, 16000), 16)
+    ka, fin, close = {"type": "KeepAlive"}, {"type": "Finalize"}, {"type": "CloseStream"}
+    put("deepgram", "linear16", b"encoding=linear16&sample_rate=16000&channels=1&interim_results=true&"
+        b"vad_events=true&endpointing=300&utterance_end_ms=1000&language=en-US&model=nova-2\0" +
+        records(0, [(1, pcm), (0, ka), (1, pcm), (0, fin)] + session_events() + [(0, close)]))
+    put("deepgram", "mulaw", b"encoding=mulaw&sample_rate=8000\0" + records(0, [(1, b"\xff" * 160), (0, close)]))
+    put("deepgram", "alaw_stereo", b"encoding=alaw&sample_rate=8000&channels=2&endpointing=false\0" +
+        records(0, [(1, b"\xd5" * 161)]))
+    put("deepgram", "defaults", b"\0" + records(0, [(1, pcm[:3]), (0, b"junk"), (0, {"type": "Other"})]))
+    put("deepgram", "bad_query", b"encoding=flac&sample_rate=99999999999999999999\0" + records(0, [(1, pcm)]))
+    put("deepgram", "bad_numbers", b"sample_rate=-8000&channels=3&endpointing=-1&utterance_end_ms=99\0")
+    put("deepgram", "model_weights", b"model=tiny.en:q8&language=multi\0" + records(1, [(1, pcm)]))
+    src48 = os.path.join(tmp, "src48.wav")
+    if shutil.which("opusenc") and os.path.exists(src48):
+        dst = os.path.join(tmp, "dg.opus")
+        subprocess.run(["opusenc", "--quiet", "--bitrate", "16", src48, dst], check=True)
+        ogg = open(dst, "rb").read()[:6000]
+        put("deepgram", "ogg_opus", b"encoding=ogg-opus\0" + records(0, [(1, ogg[i:i + 700]) for i in range(0, len(ogg), 700)]
+                                                                      + session_events() + [(0, close)]))
+        put("deepgram", "opus_sniffed_ogg", b"encoding=opus\0" + records(0, [(1, ogg)]))
+        pk = ogg_packets(open(dst, "rb").read())[2:8]
+        put("deepgram", "opus_raw", b"encoding=opus&sample_rate=48000\0" + records(0, [(1, p) for p in pk]))
+        put("ogg_opus", "stream", b"".join(struct.pack("<H", len(ogg[i:i + 500])) + ogg[i:i + 500]
+                                           for i in range(0, len(ogg), 500)))
+        put("ogg_opus", "one_message", struct.pack("<H", len(ogg)) + ogg)
+        # garbage between pages, a second logical stream
+        pages, pos = [], 0
+        while pos + 27 <= len(ogg) and ogg[pos:pos + 4] == b"OggS":
+            nseg = ogg[pos + 26]
+            end = pos + 27 + nseg + sum(ogg[pos + 27:pos + 27 + nseg])
+            pages.append(ogg[pos:end])
+            pos = end
+        junk = b"O" * 40 + b"Og"
+        mixed = junk.join(pages[:6])
+        put("ogg_opus", "junk_between_pages", struct.pack("<H", len(mixed)) + mixed)
+        other = bytearray(pages[0])
+        other[14:18] = b"\x01\x02\x03\x04"
+        two = bytes(other) + b"".join(pages[:4])
+        put("ogg_opus", "second_stream", struct.pack("<H", len(two)) + two)
+    else:
+        print("make_seeds: no opusenc: the Ogg deepgram / ogg_opus seeds skipped")
+    # a packet continued over many pages (lacing values all 255)
+    def page(seq, body, cont, lace=None, serial=1):
+        lace = lace if lace is not None else [255] * (len(body) // 255)
+        hdr = b"OggS\0" + bytes([1 if cont else 0]) + struct.pack("<qIII", 0, serial, seq, 0) + bytes([len(lace)]) + bytes(lace)
+        return hdr + body
+    head = b"OpusHead\x01\x01\x38\x01\x80\xbb\0\0\0\0\0"
+    st = page(0, head, False, [len(head)]) + page(1, b"OpusTags" + b"\0" * 8, False, [16])
+    long_pk = b"".join(page(2 + i, b"\x11" * 255 * 20, i > 0) for i in range(3))
+    put("ogg_opus", "long_packet", struct.pack("<H", len(st)) + st + struct.pack("<H", len(long_pk)) + long_pk)
+    put("ogg_opus", "no_opushead", struct.pack("<H", 40) + page(0, b"NotOpus" + b"\0" * 12, False, [19])[:40])
+
+
+def make_dialects(tmp):
+    make_start()
+    make_realtime()
+    make_deepgram(tmp)
+
+
 def main():
     if os.path.isdir(CORPUS):
         shutil.rmtree(CORPUS)
@@ -408,6 +569,7 @@ def main():
         make_ct2()
         make_snapshot()
         make_multipart()
+        make_dialects(tmp)
     total = 0
     for d in sorted(os.listdir(CORPUS)):
         files = os.listdir(os.path.join(CORPUS, d))

@@ -18,7 +18,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-out="$root/build-fuzz"
+out=${SOTTO_FUZZ_OUT:-$root/build-fuzz} # SOTTO_FUZZ_OUT: another build directory
 die() { echo "fuzz: $*" >&2; exit 1; }
 
 secs=300
@@ -37,7 +37,7 @@ done
 CC=${CC:-clang}
 command -v "$CC" >/dev/null 2>&1 || die "$CC not found (apt-get install clang)"
 
-pkgs="libcjson speexdsp opus sndfile ogg"
+pkgs="libcjson speexdsp opus sndfile ogg libwebsockets"
 pkg-config --exists $pkgs || die "missing development packages: pkg-config $pkgs"
 blas_inc=""
 for d in /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp \
@@ -63,7 +63,8 @@ newest_h=$(find "$root/common" "$root/engine" "$root/kernels" "$root/stream" "$r
 [ -f "$out/obj/.stamp" ] || newest_h=all
 objs=()
 for src in "$root"/common/*.c "$root"/engine/*.c "$root"/kernels/*.c "$root"/stream/*.c "$root"/vad/*.c \
-           "$root"/server/upload_audio.c "$root"/server/multipart.c; do
+           "$root"/server/upload_audio.c "$root"/server/multipart.c "$root"/server/start_parse.c \
+           "$root"/server/feed.c "$root"/server/compat.c "$root"/server/rt_openai.c "$root"/server/dg_listen.c; do
   [ -f "$src" ] || continue
   [ "$(basename "$src")" = gpu_cuda.c ] && continue
   rel=${src#"$root"/}
