@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--start", default="{}", help="JSON fields added to every start message")
     ap.add_argument("--variant", default="s16_16k", help="s16_16k | s16_48k | opus | f32_16k")
     ap.add_argument("--offline-opus", action="store_true")
+    ap.add_argument("--dump", help="write {clip id: hypothesis} as JSON to this file, to compare runs")
     args = ap.parse_args()
     rows = rc.load_manifest(args.manifest, {"en"})
     tmp = tempfile.mkdtemp(prefix="sotto-wer-")
@@ -73,6 +74,9 @@ def main():
             srv.stop()
         hyps = {k: v.transcript for k, v in res.items()}
         label = f"streamed {args.variant}, start {start}"
+    if args.dump:
+        with open(args.dump, "w") as f:
+            json.dump(hyps, f, indent=1, sort_keys=True)
     short = [r for r in rows if not r["id"].startswith("long_")]
     w = rc.corpus_wer([r["text"] for r in rows], [hyps[r["id"]] for r in rows])
     w_short = rc.corpus_wer([r["text"] for r in short], [hyps[r["id"]] for r in short])

@@ -18,6 +18,7 @@ typedef struct window {
     uint64_t from;       /* final passes decode [from, end]: start, or where the
                             previous final pass's transcription stopped */
     int continuations;   /* final passes after the first */
+    int no_lead;         /* decoded without the previous utterance's audio from now on */
 } window;
 
 #define MAX_CONTINUATIONS 6 /* final passes of one window after the first */
@@ -26,6 +27,8 @@ typedef struct window {
 #define CUT_SEARCH_S 3.0    /* a full window is cut at the quietest point of its last seconds */
 #define CUT_QUIET_MS 100    /* ... measured as the energy of this much audio */
 #define CUT_HOP_MS 10
+#define LEAD_MAX_TOKENS 128 /* a longer previous final is not used as a lead */
+#define LEAD_MAX_PREFIX 192 /* lead + committed tokens forced at most (the rest of 448 generates) */
 
 struct sotto_dictation {
     sotto_dictation_params p;
@@ -56,6 +59,11 @@ struct sotto_dictation {
     int n_context;
     int32_t pass_context[MAX_CONTEXT];
 
+    /* the latest finalized window, as a lead for the next one (n_lead 0: none) */
+    int32_t lead[LEAD_MAX_TOKENS];
+    int n_lead;
+    uint64_t lead_id, lead_start, lead_end;
+
     int in_flight;
     sotto_pass pass;
     float *pass_buf;
@@ -83,6 +91,12 @@ sotto_dictation_params sotto_dictation_default_params(void) {
        whole sentences better than pieces (docs/PERF.md: streamed WER on the
        dev clips, 600 vs 800 vs 1000 ms). Sessions may ask for less. */
     p.vad.silence_ms = 1000;
+    /* The Silero VAD ends utterances at real pauses inside sentences; with
+       the previous utterance's audio and text leading the next one, Whisper
+       sees the sentence whole again (docs/PERF.md: streamed WER with and
+       without the lead). */
+    p.lead_max_s = 20.0f;
+    p.lead_gap_s = 5.0f;
     return p;
 }
 
@@ -98,6 +112,12 @@ int sotto_dictation_params_check(const sotto_dictation_params *p, sotto_err *err
     if (!(p->max_backlog_s >= p->max_window_s && p->max_backlog_s <= 600.0f))
         return sotto_err_set(err, SOTTO_E_INVALID, "max_backlog_s %g out of range %g..600",
                              (double)p->max_backlog_s, (double)p->max_window_s);
+    if (!(p->lead_max_s >= 0.0f && p->lead_max_s <= p->max_window_s))
+        return sotto_err_set(err, SOTTO_E_INVALID, "lead_max_s %g out of range 0..%g",
+                             (double)p->lead_max_s, (double)p->max_window_s);
+    if (!(p->lead_gap_s >= 0.0f && p->lead_gap_s <= 10.0f))
+        return sotto_err_set(err, SOTTO_E_INVALID, "lead_gap_s %g out of range 0..10",
+                             (double)p->lead_gap_s);
     return sotto_vad_params_check(&p->vad, err);
 }
 
@@ -114,7 +134,7 @@ sotto_dictation *sotto_dictation_create(const sotto_dictation_params *p,
     d->emit = emit;
     d->user = user;
     d->next_id = 1;
-    d->cap = (size_t)((p->max_backlog_s + IDLE_KEEP_S + 1) * SR);
+    d->cap = (size_t)((p->max_backlog_s + IDLE_KEEP_S + 1 + p->lead_max_s + p->lead_gap_s) * SR);
     d->buf = malloc(sizeof(float) * d->cap);
     d->pass_buf = malloc(sizeof(float) * (size_t)((p->max_window_s + 1) * SR));
     if (!d->buf || !d->pass_buf) goto oom;
@@ -219,10 +239,28 @@ static void open_window(sotto_dictation *d, uint64_t start) {
     if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = start;
 }
 
+/* Where the audio a pass over w decodes begins: the previous utterance's
+ * start when it may lead w (see lead_max_s), else w's own start. end: the
+ * end of the pass's audio. */
+static uint64_t lead_of(const sotto_dictation *d, const window *w, uint64_t end) {
+    if (!d->n_lead || w->no_lead || w->id != d->lead_id + 1) return w->start;
+    if (w->start < d->lead_end || w->start - d->lead_end > (uint64_t)(d->p.lead_gap_s * SR))
+        return w->start;
+    if (end - d->lead_start > (uint64_t)(d->p.max_window_s * SR)) return w->start;
+    if (d->lead_start < d->buf_start) return w->start;
+    if (d->n_lead + d->n_committed > LEAD_MAX_PREFIX) return w->start; /* room to generate */
+    return d->lead_start;
+}
+
 /* Drops audio no window needs any more. */
 static void trim(sotto_dictation *d) {
     uint64_t keep = d->total > (uint64_t)IDLE_KEEP_S * SR ? d->total - (uint64_t)IDLE_KEEP_S * SR : 0;
     const window *w = front(d);
+    /* the latest final's audio, while the next utterance may still use it as its lead */
+    if (d->n_lead && d->lead_start < keep &&
+        (w ? w->id == d->lead_id + 1 && !w->no_lead
+           : d->total - d->lead_end <= (uint64_t)((d->p.lead_gap_s + IDLE_KEEP_S) * SR)))
+        keep = d->lead_start;
     if (w && w->start < keep) keep = w->start;
     if (keep <= d->buf_start) return;
     size_t drop = (size_t)(keep - d->buf_start), len = (size_t)(d->total - d->buf_start);
@@ -346,10 +384,21 @@ int sotto_dictation_pass_due(const sotto_dictation *d) {
 
 const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     if (!sotto_dictation_pass_due(d)) return NULL;
-    const window *w = front(d);
+    window *w = d->n_closed ? &d->closed[0] : &d->open;
     int final = d->n_closed > 0;
     uint64_t end = final ? w->end : d->total;
     uint64_t start = final ? w->from : w->start;
+    int lead = 0;
+    if (start == w->start) {
+        uint64_t at = lead_of(d, w, end);
+        if (at < start) {
+            start = at;
+            lead = d->n_lead;
+            d->st.lead_passes++;
+        } else if (d->n_lead && w->id == d->lead_id + 1) {
+            w->no_lead = 1; /* the window outgrew it: its passes stay comparable */
+        }
+    }
     size_t n = (size_t)(end - start);
     size_t max = (size_t)((d->p.max_window_s + 1) * SR);
     if (n > max) n = max; /* cannot happen: windows are cut at max_window_s */
@@ -358,8 +407,12 @@ const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
        before them, and a continuation (from > start) forces nothing and sees
        the committed text as context instead */
     int n_prefix = 0, cont = final && start > w->start;
-    if (final && d->ts_begin >= 0 && d->n_committed > 0 && !cont)
+    if (final && d->ts_begin >= 0 && (d->n_committed > 0 || lead) && !cont)
         d->pass_prefix[n_prefix++] = d->ts_begin;
+    if (lead) {
+        memcpy(d->pass_prefix + n_prefix, d->lead, sizeof(int32_t) * (size_t)lead);
+        n_prefix += lead;
+    }
     if (!cont) {
         memcpy(d->pass_prefix + n_prefix, d->committed, sizeof(int32_t) * (size_t)d->n_committed);
         n_prefix += d->n_committed;
@@ -373,10 +426,15 @@ const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     d->pass.n = n;
     d->pass.prefix = d->pass_prefix;
     d->pass.n_prefix = n_prefix;
-    int nc = d->n_context, nk = cont ? d->n_committed : 0;
+    /* the lead's text is in the prefix: not again in the prompt */
+    int ctx_end = d->n_context;
+    if (lead && ctx_end >= lead &&
+        memcmp(d->context + ctx_end - lead, d->lead, sizeof(int32_t) * (size_t)lead) == 0)
+        ctx_end -= lead;
+    int nc = ctx_end, nk = cont ? d->n_committed : 0;
     if (nk > MAX_CONTEXT) nk = MAX_CONTEXT;
     if (nc + nk > MAX_CONTEXT) nc = MAX_CONTEXT - nk;
-    memcpy(d->pass_context, d->context + d->n_context - nc, sizeof(int32_t) * (size_t)nc);
+    memcpy(d->pass_context, d->context + ctx_end - nc, sizeof(int32_t) * (size_t)nc);
     memcpy(d->pass_context + nc, d->committed + d->n_committed - nk, sizeof(int32_t) * (size_t)nk);
     d->pass.context = d->pass_context;
     d->pass.n_context = nc + nk;
@@ -596,6 +654,17 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
             d->st.context_resets++;
         } else {
             add_context(d, d->committed, d->n_committed);
+        }
+        /* this window's audio and text may lead the next one (lead_max_s) */
+        d->n_lead = 0;
+        if (!(flags & SOTTO_PASS_RESET_CONTEXT) && d->n_committed > 0 &&
+            d->n_committed <= LEAD_MAX_TOKENS &&
+            w->end - w->start <= (uint64_t)(d->p.lead_max_s * SR)) {
+            memcpy(d->lead, d->committed, sizeof(int32_t) * (size_t)d->n_committed);
+            d->n_lead = d->n_committed;
+            d->lead_id = w->id;
+            d->lead_start = w->start;
+            d->lead_end = w->end;
         }
         memmove(&d->closed[0], &d->closed[1], sizeof(window) * (size_t)(d->n_closed - 1));
         d->n_closed--;

@@ -51,6 +51,15 @@ typedef struct sotto_dictation_params {
     int final_timestamps; /* final passes with timestamps and continuations, when the
                              owner enables them with sotto_dictation_set_timestamps
                              (default 1) */
+    /* Audio context across a pause: an utterance that starts at most
+       lead_gap_s after the previous one ended is decoded with that previous
+       utterance's audio before it (when it lasted at most lead_max_s and its
+       final passed the guardrails) and the previous final's tokens forced as
+       a hidden prefix, so that a sentence the VAD split at a pause is still
+       transcribed with what came before it. Nothing of the earlier utterance
+       is emitted again. 0 turns it off (default 20 s, gap 5 s). */
+    float lead_max_s;
+    float lead_gap_s;
     sotto_vad_params vad;
 } sotto_dictation_params;
 
@@ -67,7 +76,9 @@ typedef struct sotto_pass {
     const float *samples;
     size_t n;
     const int32_t *prefix; /* forced: the window's committed tokens (after <|0.00|>
-                              when timestamps is set); none on a continuation */
+                              when timestamps is set), preceded by the previous
+                              utterance's final tokens when its audio leads the
+                              window (lead_max_s); none on a continuation */
     int n_prefix;
     const int32_t *context; /* earlier text (initial prompt, finalized windows) */
     int n_context;
@@ -151,6 +162,7 @@ typedef struct sotto_dictation_stats {
     uint64_t passes_rejected; /* partial passes that failed the guardrails */
     uint64_t loops_cut;       /* commits cut short by the repetition detector */
     uint64_t context_resets;  /* finals whose text was not carried as context */
+    uint64_t lead_passes;     /* passes led by the previous utterance's audio (lead_max_s) */
 } sotto_dictation_stats;
 
 void sotto_dictation_get_stats(const sotto_dictation *d, sotto_dictation_stats *st);

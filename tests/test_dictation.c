@@ -438,7 +438,76 @@ int main(void) {
         CHECK(sotto_dictation_complete_pass(d, ps->id, h, 1) == SOTTO_OK);
         push(d, 1.2f, 1, &seed);
         ps = sotto_dictation_take_pass(d);
-        CHECK(ps && ps->n_context == 1); /* an ordinary final is carried */
+        /* an ordinary final is carried: here as the lead's forced text (below), not
+           again in the prompt */
+        CHECK(ps && ps->n_prefix == 1 && ps->prefix[0] == HELLO && ps->n_context == 0);
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
+    /* ---- lead: the previous utterance's audio and text lead the next ---- */
+    for (int off = 0; off < 2; off++) {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        CHECK(p.lead_max_s > 0 && p.lead_gap_s > 0);
+        if (off) p.lead_max_s = 0;
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        CHECK(d != NULL);
+        sotto_dictation_set_timestamps(d, TS_BEGIN);
+        push(d, 1.0f, 0, &seed);
+        push(d, 1.2f, 1, &seed);
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        int32_t hw[] = {HELLO, WORLD};
+        CHECK(ps && !ps->final && sotto_dictation_complete_pass(d, ps->id, hw, 2) == SOTTO_OK);
+        push(d, 1.6f, 0, &seed); /* a 1 s pause ends it */
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final);
+        CHECK(sotto_dictation_complete_pass(d, ps->id, hw, 2) == SOTTO_OK);
+        const cJSON *f1 = last(&ev, "final");
+        CHECK(f1 && !strcmp(str(f1, "text"), " hello world"));
+        const uint64_t start1 =
+            (uint64_t)llround(cJSON_GetObjectItem(f1, "start")->valuedouble * 16000);
+        /* the next utterance, 0.6 s + VAD delay later */
+        push(d, 1.2f, 1, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && !ps->final);
+        if (!off) {
+            CHECK_MSG(ps->start == start1, "pass starts at %llu, the previous utterance at %llu",
+                      (unsigned long long)ps->start, (unsigned long long)start1);
+            CHECK(ps->n_prefix == 2 && ps->prefix[0] == HELLO && ps->prefix[1] == WORLD);
+            CHECK_EQ_INT(ps->n_context, 0); /* its text is forced, not prompted again */
+        } else {
+            CHECK(ps->start > start1 && ps->n_prefix == 0);
+            CHECK(ps->n_context == 2 && ps->context[0] == HELLO && ps->context[1] == WORLD);
+        }
+        int32_t ag[] = {AGAIN};
+        CHECK(sotto_dictation_complete_pass(d, ps->id, ag, 1) == SOTTO_OK);
+        push(d, 1.1f, 1, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && sotto_dictation_complete_pass(d, ps->id, ag, 1) == SOTTO_OK);
+        /* what is committed and shown is this utterance's text only */
+        CHECK_MSG(!strcmp(str(last(&ev, "commit"), "committed"), " again"), "committed '%s'",
+                  str(last(&ev, "commit"), "committed"));
+        push(d, 1.6f, 0, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && ps->timestamps);
+        if (!off) /* <|0.00|>, the lead's text, then the committed text */
+            CHECK(ps->n_prefix == 4 && ps->prefix[0] == TS_BEGIN && ps->prefix[1] == HELLO &&
+                  ps->prefix[2] == WORLD && ps->prefix[3] == AGAIN);
+        else
+            CHECK(ps->n_prefix == 2 && ps->prefix[0] == TS_BEGIN && ps->prefix[1] == AGAIN);
+        int32_t th[] = {THERE};
+        CHECK(sotto_dictation_complete_pass(d, ps->id, th, 1) == SOTTO_OK);
+        CHECK_MSG(!strcmp(str(last(&ev, "final"), "text"), " again there"), "final '%s'",
+                  str(last(&ev, "final"), "text"));
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(d, &st);
+        CHECK_EQ_INT(st.lead_passes, off ? 0 : 3);
+        /* after a pause longer than lead_gap_s: no lead, the text as context */
+        push(d, p.lead_gap_s + 1.0f, 0, &seed);
+        push(d, 1.2f, 1, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->n_prefix == 0 && ps->n_context == 4 && ps->context[3] == THERE);
         sotto_dictation_free(d);
         events_clear(&ev);
     }
