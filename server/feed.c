@@ -30,16 +30,93 @@ int srv_feed_name_ok(const char *name) {
     return name[0] != '.';
 }
 
-srv_session *srv_feed_find(srv *s, const char *name) {
-    srv_session *found = NULL;
-    pthread_mutex_lock(&s->lock);
-    for (srv_session *ss = s->sessions; ss; ss = ss->next)
-        if (ss->feed[0] && strcmp(ss->feed, name) == 0) {
-            found = ss;
-            ss->refs++;
-            break;
+/* ---- ended feeds ---------------------------------------------------------------- */
+
+/* A feed whose session is gone (reaped after --resume-grace-s, evicted by
+ * --max-detached, or freed) is kept here, so that its captions can still be
+ * downloaded and a viewer still gets its history: a session-shaped record
+ * that holds only the name, key, owner, session number and captions (no
+ * model, no decoder, no events), in state SESS_DONE, outside the session
+ * table (srv == NULL marks it). Bounded: at most FEED_ENDED_MAX of them, each
+ * for at most FEED_ENDED_S seconds after its session went; a newer session
+ * under the same name replaces it when that one ends. The list and the
+ * records' refs: srv->lock (records are released with srv_session_unref,
+ * like sessions). */
+#define FEED_ENDED_MAX 64
+#define FEED_ENDED_S 3600.0
+static srv_session *g_ended[FEED_ENDED_MAX];
+static int g_n_ended;
+
+/* Takes expired records (and, with name, the one of that name) out of the
+ * list into out (at most FEED_ENDED_MAX + 1). srv->lock held. */
+static int ended_take_locked(double now, const char *name, srv_session **out) {
+    int n = 0;
+    for (int i = 0; i < g_n_ended;) {
+        srv_session *e = g_ended[i];
+        if (now - e->detached_at > FEED_ENDED_S || (name && !strcmp(e->feed, name))) {
+            out[n++] = e;
+            g_ended[i] = g_ended[--g_n_ended];
+        } else {
+            i++;
         }
+    }
+    return n;
+}
+
+static void ended_release(srv *s, srv_session **v, int n) { /* srv->lock not held */
+    for (int i = 0; i < n; i++) srv_session_unref(s, v[i]);
+}
+
+/* From session_free (via srv_feed_free_captions): a published session that
+ * started and is going keeps its captions as an ended feed. Takes ss's
+ * captions. No lock held. */
+static void feed_retire(srv *s, srv_session *ss) {
+    if (atomic_load(&s->stop)) return; /* the server is exiting */
+    srv_session *e = calloc(1, sizeof *e);
+    if (!e) return;
+    pthread_mutex_init(&e->lock, NULL);
+    e->refs = 1; /* the list's */
+    e->id = ss->id;
+    e->owner = ss->owner;
+    e->state = SESS_DONE;
+    e->next_seq = e->first_kept = ss->next_seq; /* no events: a viewer gets the history, then the end */
+    snprintf(e->feed, sizeof e->feed, "%s", ss->feed);
+    snprintf(e->feed_key, sizeof e->feed_key, "%s", ss->feed_key);
+    e->captions = ss->captions;
+    e->n_captions = ss->n_captions;
+    e->cap_captions = ss->cap_captions;
+    ss->captions = NULL;
+    ss->n_captions = ss->cap_captions = 0;
+    double now = srv_now();
+    e->detached_at = now; /* when it ended */
+    srv_session *gone[FEED_ENDED_MAX + 2];
+    pthread_mutex_lock(&s->lock);
+    int n = ended_take_locked(now, e->feed, gone);
+    if (g_n_ended == FEED_ENDED_MAX) { /* full: the oldest goes */
+        int oldest = 0;
+        for (int i = 1; i < g_n_ended; i++)
+            if (g_ended[i]->detached_at < g_ended[oldest]->detached_at) oldest = i;
+        gone[n++] = g_ended[oldest];
+        g_ended[oldest] = g_ended[--g_n_ended];
+    }
+    g_ended[g_n_ended++] = e;
     pthread_mutex_unlock(&s->lock);
+    ended_release(s, gone, n);
+}
+
+/* The session in the table that publishes name, else its ended feed; NULL if
+ * neither. Takes a ref. */
+srv_session *srv_feed_find(srv *s, const char *name) {
+    srv_session *found = NULL, *gone[FEED_ENDED_MAX + 1];
+    pthread_mutex_lock(&s->lock);
+    int n = ended_take_locked(srv_now(), NULL, gone);
+    for (srv_session *ss = s->sessions; ss && !found; ss = ss->next)
+        if (ss->feed[0] && strcmp(ss->feed, name) == 0) found = ss;
+    for (int i = 0; i < g_n_ended && !found; i++)
+        if (!strcmp(g_ended[i]->feed, name)) found = g_ended[i];
+    if (found) found->refs++;
+    pthread_mutex_unlock(&s->lock);
+    ended_release(s, gone, n);
     return found;
 }
 
@@ -127,6 +204,8 @@ void srv_feed_add_final(srv_session *ss, const cJSON *ev) {
 }
 
 void srv_feed_free_captions(srv_session *ss) {
+    /* a session (not an ended-feed record) that was published and started */
+    if (ss->srv && ss->feed[0] && ss->state != SESS_NEW) feed_retire(ss->srv, ss);
     for (int i = 0; i < ss->n_captions; i++) free(ss->captions[i].text);
     free(ss->captions);
     ss->captions = NULL;
@@ -168,6 +247,7 @@ char *srv_feed_history_locked(srv_session *ss) {
     }
     cJSON_AddStringToObject(e, "type", "feed");
     cJSON_AddStringToObject(e, "feed", ss->feed);
+    cJSON_AddNumberToObject(e, "session", (double)ss->id); /* a new number: a new session */
     cJSON_AddNumberToObject(e, "seq", (double)(ss->next_seq - 1));
     cJSON_AddBoolToObject(e, "live", ss->state != SESS_DONE);
     for (int i = 0; i < ss->n_captions; i++) {

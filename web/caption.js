@@ -13,6 +13,7 @@
   const T = new Transcript();
   const POLL_MS = 2000; // how often a feed that is not live is asked again
   let live = false, tries = 0, said = 0;
+  let session = null; // the number of the session last shown (the feed event's `session`)
   const V = { connects: 0, sessions: 0 };
   window.sotto = { transcript: T, viewer: V };
 
@@ -71,15 +72,22 @@
       }
       if (e.type === 'feed') {
         tries = 0;
-        if (e.live && !live) { // a session (new, or this one after a dropped connection)
+        // A session number not seen before is a new session, live or already
+        // ended (a short one can start and end between two connections): its
+        // finals replace the last one's. The same number again is the same
+        // session (after a dropped connection, or asked again once ended).
+        const fresh = e.session == null ? (e.live && !live) : e.session !== session;
+        if (fresh) {
           V.sessions++;
+          session = e.session;
+          V.session = session;
           said = 0;
           $('said').textContent = '';
         }
         live = !!e.live;
         status.textContent = live ? `Feed ${feed}: live` : `Feed ${feed} ended; waiting for it to start again…`;
         if (!live) again = POLL_MS;
-        if (live || !T.finals.length || e.finals.length) { T.onEvent(e); show(); }
+        if (fresh || live) { T.onEvent(e); show(); }
         return;
       }
       if (e.type === 'done') {
