@@ -11,10 +11,15 @@ sotto-server. Sections (--only):
   dictates after the name is changed (no reload).
 - `busy`: a server whose only session slot is taken: the page says the
   server is busy (a fatal `overloaded`) and ends stopped, microphone released.
-- `viewer`: caption.html?feed=F opened before the talk says it is waiting;
-  it shows the session's text once F starts (tentative words styled
-  differently from committed ones: colour and font style), says "ended" after
-  `done`, and follows a second session under the same name.
+- `viewer`: caption.html?feed=F opened before the talk says it is waiting
+  (it heard the server's not_found before the close); it shows the
+  session's text once F starts (tentative words styled differently from
+  committed ones: colour and font style), says "ended" after `done`, follows
+  a second session under the same name, and a third one that starts and
+  ends while the viewer cannot connect (offline); its .vtt/.srt links work
+  after the feed ended. On a server with --resume-grace-s 0: a feed whose
+  session is gone still has its captions (viewer, .vtt, its viewer key still
+  needed), and the oldest of more than 64 ended feeds is dropped.
 - `cues`: a 60 s dictation published as a feed: the server's .srt and .vtt
   (stream/subtitle.c) and the page's .srt (captions.js) have cues of at most
   2 lines of 42 characters and 7 s, hold every word of the finals in order,
@@ -34,13 +39,18 @@ sotto-server. Sections (--only):
   finals appended (nothing removed, one addition per final); the text
   survives a reload (localStorage); Clear is undone by "Undo clear"; a long
   transcript scrolls and follows new text.
-- `upload`: a file picked in the page is transcribed through
+- `upload`: a file picked in the page, and a file dropped on the transcript
+  (a drop event with a DataTransfer holding it), are transcribed through
   /v1/audio/transcriptions with the same words as `sotto transcribe`.
+- `mic`: the microphone picker lists Chromium's fake device once the
+  permission is given; a dictation after choosing it asks getUserMedia for
+  exactly that device and records from it; the picker keeps the choice.
 
 Screenshots of each state go to --artifacts (page-*.png).
 Needs the PyPI packages playwright and axe-playwright-python.
 """
 import argparse
+import base64
 import functools
 import http.server
 import json
@@ -60,7 +70,7 @@ import server_client as sc  # noqa: E402
 WEB = os.path.join(rc.REPO, "web")
 SHORT = "jfk"  # 11 s
 CLIP = "librispeech_train-clean-100_1898-145715-0024"  # 14.8 s, 2 utterances
-SECTIONS = "down,taken,busy,viewer,cues,layout,insecure,use,upload"
+SECTIONS = "down,taken,busy,viewer,cues,layout,insecure,use,upload,mic"
 
 
 class Checks:
@@ -96,11 +106,13 @@ class Speaker:
     """A sotto.v1 client in a thread that publishes a feed: start, audio
     (real-time pace or as fast as it goes), stop, done."""
 
-    def __init__(self, url, feed, pcm, realtime=False, partials=True, hold=False):
+    def __init__(self, url, feed, pcm, realtime=False, partials=True, hold=False, feed_key=None):
         from websockets.sync.client import connect
         self.ws = connect(url, max_size=None, open_timeout=30)
-        self.ws.send(json.dumps({"type": "start", "encoding": "pcm_s16le", "sample_rate": 16000,
-                                 "feed": feed, "partials": partials}))
+        start = {"type": "start", "encoding": "pcm_s16le", "sample_rate": 16000, "feed": feed, "partials": partials}
+        if feed_key:
+            start["feed_key"] = feed_key
+        self.ws.send(json.dumps(start))
         self.events, self.done = [], threading.Event()
         self.pcm, self.realtime, self.hold = pcm, realtime, hold
         self.ready = threading.Event()
@@ -154,6 +166,14 @@ class Speaker:
 
     def finals(self):
         return [e for e in self.events if e.get("type") == "final" and e.get("text", "").strip()]
+
+    def session(self):
+        """The log's name for the session ("s12" of "s12-3fa0c1d2")."""
+        r = [e for e in self.events if e.get("type") == "ready"]
+        return r[0]["session"].split("-")[0] if r else None
+
+    def last_words(self, n=2):
+        return [w.strip(".,?!") for w in " ".join(e["text"] for e in self.finals()).split()[-n:]]
 
 
 def parse_subs(text, vtt):
@@ -388,10 +408,13 @@ def section_viewer(args, srv, ok, shot, browser, rows, tmp, **_):
     try:
         v = b.new_page(viewport={"width": 1000, "height": 600})
         v.goto(srv.http_url + "/caption.html?feed=later-feed")
-        waiting = wait(v, "document.querySelector('#status').textContent.includes('Waiting')", 15000)
+        waiting = wait(v, "document.querySelector('#status').textContent.includes('Waiting') && "
+                          "window.sotto.viewer.lastClose", 15000)
         shot(v, "viewer-waiting")
-        ok("viewer: opened before the talk it says it is waiting for the feed", waiting,
-           v.inner_text("#status"))
+        closed = v.evaluate("window.sotto.viewer.lastClose")
+        ok("viewer: opened before the talk it says it is waiting for the feed, having heard not_found "
+           "before the close", waiting and closed and closed["heard"] and closed["code"] == 1000,
+           f"{v.inner_text('#status')!r}; close {closed}")
         time.sleep(2.5)  # it keeps waiting (asks again) rather than giving up
         sp = Speaker(srv.ws_url, "later-feed", pcm16k(rows[SHORT]["file"], tmp), realtime=True)
         live = wait(v, "document.querySelector('#status').textContent.includes('live')", 30000)
@@ -436,10 +459,75 @@ def section_viewer(args, srv, ok, shot, browser, rows, tmp, **_):
         shot(v, "viewer-large-light")
         ok("viewer: text size and theme can be changed", big > 40 and bg == "rgb(255, 255, 255)",
            f"font {big}px, background {bg}")
+        # a session that starts and ends while the viewer cannot connect: it is
+        # never seen live, only in the feed event of the next connection
+        n_before = v.evaluate("window.sotto.viewer.sessions")
+        v.context.set_offline(True)
+        time.sleep(0.5)
+        sp3 = Speaker(srv.ws_url, "later-feed", pcm16k(rows[SHORT]["file"], tmp), partials=False)
+        sp3.done.wait(120)
+        sp3.close()
+        unseen = v.evaluate("window.sotto.viewer.sessions") == n_before
+        v.context.set_offline(False)
+        last3 = sp3.last_words()
+        follows3 = wait(v, f"window.sotto.viewer.sessions === {n_before + 1} && " + " && ".join(
+            f"document.querySelector('#captionLines').textContent.includes({json.dumps(w)})" for w in last3),
+            30000) if last3 else False
+        ok("viewer: it follows a session that started and ended while it could not connect",
+           unseen and follows3 and "ended" in v.inner_text("#status"),
+           f"unseen while offline {unseen}; {v.inner_text('#captionLines')!r}, want {last3}; "
+           f"sessions {v.evaluate('window.sotto.viewer.sessions')} (was {n_before}); {v.inner_text('#status')!r}")
     finally:
         if sp:
             sp.close()
         b.close()
+    section_viewer_kept(args, ok, shot, browser, rows, tmp)
+
+
+def section_viewer_kept(args, ok, shot, browser, rows, tmp):
+    """Ended feeds outlive their sessions (docs/PROTOCOL.md: 1 hour, at most 64)."""
+    kept = sc.Server(args.server, args.model, ["--web", WEB, "--resume-grace-s", "0"]).start()
+    b = browser(fake_mic=False)
+    try:
+        sp = Speaker(kept.ws_url, "kept-0", pcm16k(rows[SHORT]["file"], tmp), partials=False, feed_key="vk")
+        sp.done.wait(120)
+        sp.close()
+        sid, last = sp.session(), sp.last_words()
+        time.sleep(0.5)
+        # with --resume-grace-s 0 a detached session goes at the server's next wake-up: another
+        # session's close is one (the session table then no longer holds kept-0's session)
+        poke = Speaker(kept.ws_url, "kept-poke", b"", partials=False)
+        poke.done.wait(60)
+        poke.close()
+        time.sleep(0.5)
+        gone = poke.done.is_set() and sid is not None
+        sid = f"{sid} (log: {'ended' if kept.log_lines(f'[{sid}] session ended') else 'unlinked, freed later'})"
+        v = b.new_page(viewport={"width": 1000, "height": 600})
+        v.goto(kept.http_url + "/caption.html?feed=kept-0&key=vk")
+        shown = wait(v, "document.querySelector('#status').textContent.includes('ended') && " + " && ".join(
+            f"document.querySelector('#captionLines').textContent.includes({json.dumps(w)})" for w in last),
+            20000) if last else False
+        shot(v, "viewer-kept")
+        ok("viewer: a feed whose session is gone still shows its captions (as ended)",
+           gone and shown, f"session {sid} gone {gone}; {v.inner_text('#status')!r}; "
+                           f"{v.inner_text('#captionLines')!r}, want {last}")
+        st, body = sc.http_get(kept.http_url + "/v1/feeds/kept-0.vtt?key=vk")
+        st_nokey, _ = sc.http_get(kept.http_url + "/v1/feeds/kept-0.vtt")
+        ok("viewer: its .vtt is still served, and still needs its viewer key",
+           gone and st == 200 and body.startswith("WEBVTT") and all(w in body for w in last) and st_nokey == 403,
+           f"with key {st} {body[:40]!r}; without {st_nokey}")
+        v.close()
+        for i in range(1, 66):  # 65 more ended feeds (+ kept-poke; the newest may still be in the session table)
+            e = Speaker(kept.ws_url, f"kept-{i}", b"", partials=False)
+            e.done.wait(60)
+            e.close()
+        time.sleep(0.5)
+        got = {n: sc.http_get(kept.http_url + f"/v1/feeds/kept-{n}.vtt")[0] for n in (0, 2, 40, 65)}
+        ok("viewer: of more than 64 ended feeds the oldest is dropped, the newer ones are kept",
+           got[0] == 404 and got[2] == 200 and got[40] == 200 and got[65] == 200, f"{got}")
+    finally:
+        b.close()
+        kept.stop()
 
 
 def section_cues(args, srv, ok, shot, browser, rows, tmp, **_):
@@ -707,6 +795,93 @@ def section_upload(args, srv, ok, shot, browser, rows, **_):
         except Exception as ex:
             bad = [str(ex)]
         ok("upload: the file's .srt export has subtitle-sized cues", srt and not bad, "; ".join(bad[:3]))
+        # drag and drop: a real drop event on the transcript, its DataTransfer holding the clip
+        p2 = b.new_page()
+        p2.goto(srv.http_url + "/")
+        with open(clip, "rb") as f:
+            data = base64.b64encode(f.read()).decode()
+        mime = {".flac": "audio/flac", ".wav": "audio/wav", ".mp3": "audio/mpeg", ".ogg": "audio/ogg"}.get(
+            os.path.splitext(clip)[1].lower(), "application/octet-stream")
+        dropped = p2.evaluate("""([b64, name, type]) => {
+          const bin = atob(b64), u8 = new Uint8Array(bin.length);
+          for (let i = 0; i < bin.length; i++) u8[i] = bin.charCodeAt(i);
+          const dt = new DataTransfer();
+          dt.items.add(new File([u8], name, {type}));
+          const zone = document.querySelector('#dropZone');
+          const over = new DragEvent('dragover', {dataTransfer: dt, bubbles: true, cancelable: true});
+          zone.dispatchEvent(over);
+          const marked = document.querySelector('#transcript').classList.contains('drop');
+          const drop = new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true});
+          zone.dispatchEvent(drop);
+          return {files: dt.files.length, overTaken: over.defaultPrevented, marked, dropTaken: drop.defaultPrevented};
+        }""", [data, os.path.basename(clip), mime])
+        done2 = wait(p2, "document.querySelector('#fileStatus').textContent.includes('transcribed') || "
+                         "!document.querySelector('#error').hidden", 120000)
+        text2 = p2.evaluate("window.sotto.transcript.text()")
+        err2 = p2.inner_text("#error") if p2.is_visible("#error") else ""
+        shot(p2, "file-dropped")
+        ok("upload: a file dropped on the transcript is transcribed with the same words as `sotto transcribe`",
+           dropped["files"] == 1 and dropped["overTaken"] and dropped["dropTaken"] and done2 and not err2
+           and rc.normalize(text2).split() == rc.normalize(cli).split(),
+           f"{dropped}; page {text2.strip()!r}; CLI {cli.strip()!r}; {err2!r}")
+        p2.close()
+    finally:
+        b.close()
+
+
+# Records each getUserMedia call's constraints and the device its track records from.
+TRACK_MIC = """(() => {
+  window.__gum = [];
+  const md = navigator.mediaDevices;
+  if (!md) return;
+  const orig = md.getUserMedia.bind(md);
+  md.getUserMedia = async (c) => {
+    const s = await orig(c);
+    window.__gum.push({asked: JSON.parse(JSON.stringify(c)), got: s.getAudioTracks()[0].getSettings().deviceId});
+    return s;
+  };
+})();"""
+
+
+def section_mic(args, srv, ok, shot, browser, **_):
+    b = browser()
+    try:
+        p = b.new_page()
+        p.add_init_script(TRACK_MIC)
+        p.goto(srv.http_url + "/")
+        p.click("summary")
+
+        def dictate():
+            p.click("#start")
+            live = wait(p, "document.querySelector('#status').dataset.kind === 'live'", 30000)
+            p.click("#start")  # Stop dictation
+            return live and wait(p, "document.querySelector('#status').textContent === 'stopped'", 60000)
+
+        first = dictate()  # the permission: device names and ids are listed after it
+        listed = wait(p, "document.querySelector('#mic').options.length > 1", 10000)
+        opts = p.evaluate("[...document.querySelector('#mic').options].map(o => ({value: o.value, label: o.textContent}))")
+        devs = p.evaluate("navigator.mediaDevices.enumerateDevices().then(ds => ds.filter(d => d.kind === 'audioinput')"
+                          ".map(d => ({id: d.deviceId, label: d.label})))")
+        real = [d for d in devs if d["id"] and d["id"] != "default"]
+        shown = [o for o in opts if o["value"]]
+        ok("mic: the picker lists the browser's microphone (Chromium's fake device) by name",
+           first and listed and real and [o["value"] for o in shown] == [d["id"] for d in real]
+           and all(o["label"] == d["label"] and o["label"] for o, d in zip(shown, real)),
+           f"picker {opts}; devices {devs}")
+        if not shown:
+            return
+        choice = shown[-1]["value"]
+        p.select_option("#mic", choice)
+        second = dictate()
+        gum = p.evaluate("window.__gum")
+        last = gum[-1] if gum else {}
+        asked = ((last.get("asked") or {}).get("audio") or {}).get("deviceId") or {}
+        shot(p, "mic-chosen")
+        ok("mic: a dictation after choosing it records from exactly that device",
+           second and asked.get("exact") == choice and last.get("got") == choice, f"{gum[-1:]}, chose {choice[:12]}")
+        ok("mic: the picker keeps the choice after the device list is refreshed",
+           p.evaluate("document.querySelector('#mic').value") == choice and p.evaluate(
+               "document.querySelector('#mic').options.length") == len(opts))
     finally:
         b.close()
 
