@@ -3,6 +3,7 @@
 #include "audio.h"
 #include "calib.h"
 #include "commands.h"
+#include "model_opts.h"
 #include "mapfile.h"
 #include "threads.h"
 #include "transcribe.h"
@@ -15,7 +16,8 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: sotto calibrate [--model DIR] [--threads N] -o FILE CLIP.wav ...\n"
+            "usage: sotto calibrate [--model DIR] [--device D] [--threads N] -o FILE CLIP.wav ...\n"
+            "(options may come after the clips; -- ends them)\n"
             "\n"
             "Transcribes each CLIP with the float32 model (sotto's default decoding) and\n"
             "writes FILE: for every linear layer, the mean square of each input column\n"
@@ -67,37 +69,49 @@ static int calibrate_clip(const sotto_model *m, sotto_calib_rec *rec, const char
 }
 
 int sotto_cmd_calibrate(int argc, char **argv) {
-    const char *model_dir = sotto_cli_default_model(), *out = NULL;
-    const char *clips[1024];
-    int n = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--model") && i + 1 < argc) {
-            model_dir = argv[++i];
-        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
-            sotto_threads_set(atoi(argv[++i]));
-        } else if (!strcmp(a, "-o") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (a[0] == '-') {
-            fprintf(stderr, "sotto calibrate: unknown option '%s'\n", a);
-            return 2;
-        } else if (n < (int)(sizeof clips / sizeof clips[0])) {
-            clips[n++] = a;
-        } else {
-            fprintf(stderr, "sotto calibrate: too many clips\n");
+    static const struct option longopts[] = {CLI_MODEL_LONGOPTS,
+                                             {"output", required_argument, NULL, 'o'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    cli_model_opts o;
+    cli_model_opts_init(&o);
+    const char *out = NULL;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
+        if (c == CLI_OPT_WEIGHTS || c == CLI_OPT_POLICY || c == CLI_OPT_NF4_DQ ||
+            c == CLI_OPT_SCALE_SEARCH || c == CLI_OPT_CALIB) {
+            fprintf(stderr, "sotto calibrate: statistics are recorded on the float32 model; "
+                            "--weights, --policy, --nf4-double-quant, --scale-search and "
+                            "--calib do not apply\n");
             return 2;
         }
+        int r = cli_model_opt(c, optarg, &o, "calibrate");
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (c == 'h') {
+            usage(stdout);
+            return 0;
+        }
+        if (c == 'o') {
+            out = optarg;
+            continue;
+        }
+        cli_opt_error(c, argc, argv, "calibrate");
+        return 2;
     }
+    const char *const *clips = (const char *const *)argv + optind;
+    const int n = argc - optind;
     if (!out || n == 0) {
         usage(stderr);
         return 2;
     }
+    if (o.threads) sotto_threads_set(o.threads);
     sotto_err err;
     sotto_model_params mp = sotto_model_default_params();
-    sotto_model *m = sotto_model_load(model_dir, &mp, &err);
+    mp.device = o.mp.device;
+    sotto_model *m = sotto_model_load(o.model, &mp, &err);
     if (!m) {
         fprintf(stderr, "sotto calibrate: %s\n", err.msg);
         return 1;

@@ -6,6 +6,7 @@
 #include "mel.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@ int sotto_cmd_mel(int argc, char **argv);
 
 static void mel_usage(FILE *fp) {
     fprintf(fp, "usage: sotto mel [--n-mels N] [--pad N] [--threads N] FILE.wav OUT.f32\n"
+                "(options may come after the files; -- ends them)\n"
                 "  --n-mels N   mel bins (80 or 128; default 80)\n"
                 "  --pad N      zero samples appended before the STFT (default 160;\n"
                 "               480000 = OpenAI Whisper's 30 s padding)\n"
@@ -70,40 +72,41 @@ static int write_mel(const char *path, const float *m, int n_mels, size_t n_fram
 }
 
 int sotto_cmd_mel(int argc, char **argv) {
+    enum { OPT_N_MELS = 1, OPT_PAD, OPT_THREADS };
+    static const struct option longopts[] = {{"n-mels", required_argument, NULL, OPT_N_MELS},
+                                             {"pad", required_argument, NULL, OPT_PAD},
+                                             {"threads", required_argument, NULL, OPT_THREADS},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     long n_mels = 80, pad = 160, threads = 0;
-    const char *pos[2] = {NULL, NULL};
-    int n_pos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         int r = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            mel_usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--n-mels") == 0) {
-            r = parse_long(a, v, 1, 256, &n_mels);
-            i++;
-        } else if (strcmp(a, "--pad") == 0) {
-            r = parse_long(a, v, 0, 100000000, &pad);
-            i++;
-        } else if (strcmp(a, "--threads") == 0) {
-            r = parse_long(a, v, 0, 1024, &threads);
-            i++;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "sotto mel: unknown option %s\n", a);
-            r = -1;
-        } else if (n_pos < 2) {
-            pos[n_pos++] = a;
-        } else {
-            fprintf(stderr, "sotto mel: too many arguments\n");
-            r = -1;
+        switch (c) {
+        case 'h': mel_usage(stdout); return 0;
+        case OPT_N_MELS: r = parse_long("--n-mels", optarg, 1, 256, &n_mels); break;
+        case OPT_PAD: r = parse_long("--pad", optarg, 0, 100000000, &pad); break;
+        case OPT_THREADS: r = parse_long("--threads", optarg, 0, 1024, &threads); break;
+        case ':':
+            fprintf(stderr, "sotto mel: option '%s' needs a value\n", argv[optind - 1]);
+            return 2;
+        default:
+            if (optopt)
+                fprintf(stderr, "sotto mel: unknown option '-%c'\n", optopt);
+            else
+                fprintf(stderr, "sotto mel: unknown option '%s'\n", argv[optind - 1]);
+            return 2;
         }
-        if (r != 0) return 1;
+        if (r != 0) return 2;
     }
-    if (n_pos != 2) {
+    if (argc - optind != 2) {
+        if (argc - optind > 2) fprintf(stderr, "sotto mel: too many arguments\n");
         mel_usage(stderr);
-        return 1;
+        return 2;
     }
+    const char *pos[2] = {argv[optind], argv[optind + 1]};
     sotto_err err;
     sotto_err_clear(&err);
     sotto_audio audio = {0};

@@ -3,6 +3,7 @@
  * implementations). */
 #include "audio.h"
 #include "commands.h"
+#include "model_opts.h"
 #include "threads.h"
 #include "whisper.h"
 
@@ -12,42 +13,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parses "--model DIR", "--threads N", "--weights F", "--policy P",
- * "--nf4-double-quant", "--scale-search" and "--calib FILE";
- * positional arguments are collected into pos[]. Returns the count of
- * positionals or -1. */
+/* The shared model options (model_opts.h) with getopt_long, anywhere on
+ * the line; positional arguments are collected into pos[]. Returns the
+ * count of positionals, -1 (usage error, message on stderr) or -2 (--help). */
 static int common_args(int argc, char **argv, const char **model, sotto_model_params *mp,
                        const char **pos, int max_pos) {
-    int n = 0;
-    *model = sotto_cli_default_model();
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
-            *model = argv[++i];
-        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            sotto_threads_set(atoi(argv[++i]));
-        } else if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc) {
-            if (sotto_wfmt_parse(argv[++i], &mp->weights)) {
-                fprintf(stderr, "sotto %s: unknown weight format '%s'\n", argv[0], argv[i]);
-                return -1;
-            }
-        } else if (strcmp(argv[i], "--policy") == 0 && i + 1 < argc) {
-            mp->policy = argv[++i];
-        } else if (strcmp(argv[i], "--nf4-double-quant") == 0) {
-            mp->nf4_double_quant = 1;
-        } else if (strcmp(argv[i], "--scale-search") == 0) {
-            mp->scale_search = 1;
-        } else if (strcmp(argv[i], "--calib") == 0 && i + 1 < argc) {
-            mp->calib = argv[++i];
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "sotto %s: unknown option '%s'\n", argv[0], argv[i]);
-            return -1;
-        } else if (n < max_pos) {
-            pos[n++] = argv[i];
-        } else {
-            fprintf(stderr, "sotto %s: too many arguments\n", argv[0]);
-            return -1;
-        }
+    static const struct option longopts[] = {CLI_MODEL_LONGOPTS,
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    cli_model_opts o;
+    cli_model_opts_init(&o);
+    o.mp = *mp;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        int r = cli_model_opt(c, optarg, &o, argv[0]);
+        if (r < 0) return -1;
+        if (r > 0) continue;
+        if (c == 'h') return -2;
+        return cli_opt_error(c, argc, argv, argv[0]);
     }
+    int n = argc - optind;
+    if (n > max_pos) {
+        fprintf(stderr, "sotto %s: too many arguments ('%s')\n", argv[0], argv[optind + max_pos]);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) pos[i] = argv[optind + i];
+    *model = o.model;
+    *mp = o.mp;
+    if (o.threads) sotto_threads_set(o.threads);
     return n;
 }
 
@@ -66,9 +61,13 @@ static size_t current_rss(void) {
 int sotto_cmd_info(int argc, char **argv) {
     const char *model_dir, *pos[1];
     sotto_model_params mp = sotto_model_default_params();
-    if (common_args(argc, argv, &model_dir, &mp, pos, 0) != 0) {
-        fprintf(stderr, "usage: sotto info [--model DIR] [--weights F] [--policy P] [--scale-search] [--calib FILE]\n");
-        return 2;
+    int n = common_args(argc, argv, &model_dir, &mp, pos, 0);
+    if (n != 0) {
+        FILE *f = n == -2 ? stdout : stderr;
+        fprintf(f, "usage: sotto info [options]\nPrints the model's dimensions, special tokens and "
+                   "weight formats as JSON.\n\n");
+        cli_model_opts_usage(f);
+        return n == -2 ? 0 : 2;
     }
     sotto_err err;
     sotto_err_clear(&err);
@@ -135,12 +134,14 @@ int sotto_cmd_info(int argc, char **argv) {
 int sotto_cmd_encode(int argc, char **argv) {
     const char *model_dir, *pos[2];
     sotto_model_params mp = sotto_model_default_params();
-    if (common_args(argc, argv, &model_dir, &mp, pos, 2) != 2) {
-        fprintf(stderr,
-                "usage: sotto encode [--model DIR] [--threads N] FILE.wav OUT.f32\n"
-                "Writes int32 n_ctx, int32 width, then float32 [n_ctx][width]: the encoder\n"
-                "output of the first 30 s window (features as faster-whisper computes them).\n");
-        return 2;
+    int na = common_args(argc, argv, &model_dir, &mp, pos, 2);
+    if (na != 2) {
+        FILE *f = na == -2 ? stdout : stderr;
+        fprintf(f, "usage: sotto encode [options] FILE.wav OUT.f32\n"
+                   "Writes int32 n_ctx, int32 width, then float32 [n_ctx][width]: the encoder\n"
+                   "output of the first 30 s window (features as faster-whisper computes them).\n\n");
+        cli_model_opts_usage(f);
+        return na == -2 ? 0 : 2;
     }
     sotto_err err;
     sotto_err_clear(&err);

@@ -2,6 +2,7 @@
  * model and optionally verifies that it reloads to the same model. */
 #include "audio.h"
 #include "commands.h"
+#include "model_opts.h"
 #include "snapshot.h"
 #include "threads.h"
 #include "transcribe.h"
@@ -13,9 +14,10 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sotto quantize --weights F [--policy P] [--nf4-double-quant] [--scale-search]\n"
-            "                      [--calib FILE] [--threads N]\n"
+            "                      [--calib FILE] [--device D] [--threads N]\n"
             "                      [--verify]\n"
             "                      IN_DIR OUT_DIR [CLIP.wav ...]\n"
+            "(options may come after the directories; -- ends them)\n"
             "\n"
             "Loads IN_DIR (CTranslate2 or Hugging Face), quantizes it while loading\n"
             "(F: f32 | bf16 | q8 | nf4 | nvfp4; P: per-part overrides such as\n"
@@ -48,40 +50,43 @@ static int same_transcript(const sotto_transcript *a, const sotto_transcript *b)
 }
 
 int sotto_cmd_quantize(int argc, char **argv) {
-    sotto_model_params mp = sotto_model_default_params();
+    enum { OPT_VERIFY = 1 };
+    static const struct option longopts[] = {CLI_MODEL_LONGOPTS,
+                                             {"verify", no_argument, NULL, OPT_VERIFY},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    cli_model_opts o;
+    cli_model_opts_init(&o);
     int verify = 0, weights_given = 0;
-    const char *pos[256];
-    int np = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == CLI_OPT_MODEL) {
+            fprintf(stderr, "sotto quantize: the model to quantize is IN_DIR, not --model\n");
+            return 2;
+        }
+        int r = cli_model_opt(c, optarg, &o, "quantize");
+        if (r < 0) return 2;
+        if (r > 0) {
+            weights_given |= c == CLI_OPT_WEIGHTS;
+            continue;
+        }
+        if (c == 'h') {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--weights") && i + 1 < argc) {
-            if (sotto_wfmt_parse(argv[++i], &mp.weights)) {
-                fprintf(stderr, "sotto quantize: unknown weight format '%s'\n", argv[i]);
-                return 2;
-            }
-            weights_given = 1;
-        } else if (!strcmp(a, "--policy") && i + 1 < argc) {
-            mp.policy = argv[++i];
-        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
-            sotto_threads_set(atoi(argv[++i]));
-        } else if (!strcmp(a, "--nf4-double-quant")) {
-            mp.nf4_double_quant = 1;
-        } else if (!strcmp(a, "--scale-search")) {
-            mp.scale_search = 1;
-        } else if (!strcmp(a, "--calib") && i + 1 < argc) {
-            mp.calib = argv[++i];
-        } else if (!strcmp(a, "--verify")) {
-            verify = 1;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "sotto quantize: unknown option '%s'\n", a);
-            return 2;
-        } else if (np < 256) {
-            pos[np++] = a;
         }
+        if (c == OPT_VERIFY) {
+            verify = 1;
+            continue;
+        }
+        cli_opt_error(c, argc, argv, "quantize");
+        return 2;
     }
+    sotto_model_params mp = o.mp;
+    if (o.threads) sotto_threads_set(o.threads);
+    const char *const *pos = (const char *const *)argv + optind;
+    const int np = argc - optind;
     if (np < 2 || (!weights_given && !mp.policy)) {
         usage(stderr);
         return 2;

@@ -11,6 +11,7 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@ int sotto_cmd_tokens(int argc, char **argv);
 static void tokens_usage(FILE *f) {
     fprintf(f, "usage: sotto tokens --model DIR encode          (text on stdin)\n"
                "       sotto tokens --model DIR decode ID...\n"
-               "       sotto tokens --model DIR id TOKEN\n");
+               "       sotto tokens --model DIR id TOKEN\n"
+               "(options may come anywhere; -- ends them, e.g. before a token such as -)\n");
 }
 
 /* Reads all of stdin into a malloc'd buffer; NULL on failure. */
@@ -109,23 +111,31 @@ static int tokens_id(const sotto_tokenizer *tok, const char *token) {
 }
 
 int sotto_cmd_tokens(int argc, char **argv) {
+    static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     const char *model = NULL;
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-'; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":hm:", longopts, NULL)) != -1) {
+        if (c == 'h') {
             tokens_usage(stdout);
             return 0;
-        }
-        if ((strcmp(argv[i], "--model") == 0 || strcmp(argv[i], "-m") == 0) && i + 1 < argc) {
-            model = argv[++i];
-        } else if (strncmp(argv[i], "--model=", 8) == 0) {
-            model = argv[i] + 8;
+        } else if (c == 'm') {
+            model = optarg;
         } else {
-            fprintf(stderr, "sotto tokens: unknown option \"%s\"\n", argv[i]);
+            if (c == ':')
+                fprintf(stderr, "sotto tokens: option '%s' needs a value\n", argv[optind - 1]);
+            else if (optopt)
+                fprintf(stderr, "sotto tokens: unknown option '-%c'\n", optopt);
+            else
+                fprintf(stderr, "sotto tokens: unknown option '%s'\n", argv[optind - 1]);
             tokens_usage(stderr);
             return 2;
         }
     }
+    int i = optind;
     const char *cmd = i < argc ? argv[i++] : NULL;
     int ok_args = cmd && ((strcmp(cmd, "encode") == 0 && i == argc) ||
                           strcmp(cmd, "decode") == 0 || (strcmp(cmd, "id") == 0 && i + 1 == argc));

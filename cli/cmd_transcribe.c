@@ -3,6 +3,7 @@
 #include "audio.h"
 #include "commands.h"
 #include "log.h"
+#include "model_opts.h"
 #include "silero.h"
 #include "threads.h"
 #include "transcribe.h"
@@ -19,9 +20,7 @@
 typedef enum out_fmt { FMT_TEXT, FMT_TXT, FMT_JSON, FMT_SRT, FMT_VTT } out_fmt;
 
 typedef struct cli_opts {
-    const char *model;
-    sotto_model_params mp;
-    int threads;
+    cli_model_opts m; /* --model, --weights, --policy, --device, --threads, 4-bit options */
     out_fmt fmt;
     const char *output;
     int progress; /* -1 auto (when stderr is a terminal) */
@@ -33,20 +32,10 @@ typedef struct cli_opts {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sotto transcribe [options] FILE.wav [FILE.wav ...]\n"
-            "\n"
-            "  --model DIR            model directory (default: %s)\n"
-            "  --weights F            f32 | bf16 | q8 | nf4 | nvfp4 (default f32; quantized while\n"
-            "                         loading; a snapshot from `sotto quantize` keeps its own)\n"
-            "  --policy P             per-part formats: a preset (default: 4-bit keeps the parts\n"
-            "                         measured to need 8 bits at q8; uniform: every linear\n"
-            "                         layer in F) and/or part=format items, e.g.\n"
-            "                         uniform,decoder=q8 or encoder=nvfp4,embed=bf16\n"
-            "  --nf4-double-quant     store NF4 block scales as 8-bit codes (bitsandbytes)\n"
-            "  --scale-search         4-bit block scales by least squared error, not absmax\n"
-            "  --calib FILE           weight that error by activations recorded with\n"
-            "                         `sotto calibrate` (implies --scale-search)\n"
-            "  --device D             cpu | auto | cuda (default cpu; auto uses a GPU when one\n"
-            "                         is usable, else the CPU, and says why in one line)\n"
+            "(options may come after the files; -- ends them)\n"
+            "\n");
+    cli_model_opts_usage(f);
+    fprintf(f,
             "  --language L           language code or name, or auto (multilingual models)\n"
             "  --task T               transcribe | translate (multilingual models)\n"
             "  --beam N               beam size; 1 = greedy (default 5)\n"
@@ -68,10 +57,10 @@ static void usage(FILE *f) {
             "                         no bound on words per second)\n"
             "  --format F             text (timestamped lines, default) | txt | json | srt | vtt\n"
             "  --output PATH          write there instead of standard output\n"
-            "  --threads N            CPU threads (default: all cores)\n"
             "  --progress / --no-progress   progress on stderr (default: when a terminal)\n"
-            "  --log-level L          debug | info | warn | error\n",
-            sotto_cli_default_model(), SOTTO_VAD_MODEL_REL);
+            "  --log-level L          debug | info | warn | error\n"
+            "  -h, --help             this text\n",
+            SOTTO_VAD_MODEL_REL);
 }
 
 static int parse_float(const char *s, float *out) {
@@ -109,83 +98,114 @@ static int parse_temps(const char *s, sotto_transcribe_opts *t) {
     return t->n_temperatures ? 0 : -1;
 }
 
-/* Returns index of the first file argument, or -1 (usage error), -2 (help). */
+enum {
+    OPT_LANGUAGE = 1, OPT_TASK, OPT_BEAM, OPT_BEST_OF, OPT_TEMPERATURE, OPT_PATIENCE,
+    OPT_LENGTH_PENALTY, OPT_NO_SPEECH, OPT_LOG_PROB, OPT_COMPRESSION, OPT_NO_CONDITION,
+    OPT_INITIAL_PROMPT, OPT_PREFIX, OPT_NO_TIMESTAMPS, OPT_MAX_NEW_TOKENS, OPT_FORMAT,
+    OPT_VAD_MODEL, OPT_NO_VAD, OPT_NO_GUARDRAILS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_LOG_LEVEL
+};
+
+static const struct option k_longopts[] = {
+    CLI_MODEL_LONGOPTS,
+    {"language", required_argument, NULL, OPT_LANGUAGE},
+    {"task", required_argument, NULL, OPT_TASK},
+    {"beam", required_argument, NULL, OPT_BEAM},
+    {"best-of", required_argument, NULL, OPT_BEST_OF},
+    {"temperature", required_argument, NULL, OPT_TEMPERATURE},
+    {"patience", required_argument, NULL, OPT_PATIENCE},
+    {"length-penalty", required_argument, NULL, OPT_LENGTH_PENALTY},
+    {"no-speech-threshold", required_argument, NULL, OPT_NO_SPEECH},
+    {"log-prob-threshold", required_argument, NULL, OPT_LOG_PROB},
+    {"compression-ratio-threshold", required_argument, NULL, OPT_COMPRESSION},
+    {"no-condition", no_argument, NULL, OPT_NO_CONDITION},
+    {"initial-prompt", required_argument, NULL, OPT_INITIAL_PROMPT},
+    {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"no-timestamps", no_argument, NULL, OPT_NO_TIMESTAMPS},
+    {"max-new-tokens", required_argument, NULL, OPT_MAX_NEW_TOKENS},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"output", required_argument, NULL, 'o'},
+    {"vad-model", required_argument, NULL, OPT_VAD_MODEL},
+    {"no-vad", no_argument, NULL, OPT_NO_VAD},
+    {"no-guardrails", no_argument, NULL, OPT_NO_GUARDRAILS},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0}};
+
+/* getopt_long over argv (options anywhere, `--` ends them; the files are
+ * left at argv[optind..]). Returns the index of the first file, -1 (usage
+ * error, message on stderr) or -2 (help). */
 static int parse_args(int argc, char **argv, cli_opts *o) {
-    int i;
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (a[0] != '-' || strcmp(a, "-") == 0) break;
-        if (strcmp(a, "--") == 0) return i + 1;
-#define NEED_VALUE()                                                 \
-    do {                                                             \
-        if (!v) {                                                    \
-            fprintf(stderr, "sotto transcribe: %s needs a value\n", a); \
-            return -1;                                               \
-        }                                                            \
-        i++;                                                         \
-    } while (0)
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -2;
-        else if (strcmp(a, "--model") == 0) { NEED_VALUE(); o->model = v; }
-        else if (strcmp(a, "--weights") == 0) { NEED_VALUE(); if (sotto_wfmt_parse(v, &o->mp.weights)) goto bad; }
-        else if (strcmp(a, "--policy") == 0) { NEED_VALUE(); o->mp.policy = v; }
-        else if (strcmp(a, "--device") == 0) { NEED_VALUE(); if (sotto_device_parse(v, &o->mp.device)) goto bad; }
-        else if (strcmp(a, "--nf4-double-quant") == 0) o->mp.nf4_double_quant = 1;
-        else if (strcmp(a, "--scale-search") == 0) o->mp.scale_search = 1;
-        else if (strcmp(a, "--calib") == 0) { NEED_VALUE(); o->mp.calib = v; }
-        else if (strcmp(a, "--language") == 0) { NEED_VALUE(); o->t.language = v; }
-        else if (strcmp(a, "--task") == 0) {
-            NEED_VALUE();
+    optind = 1;
+    opterr = 0;
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, ":ho:", k_longopts, &li)) != -1) {
+        const char *v = optarg;
+        int r = cli_model_opt(c, v, &o->m, "transcribe");
+        if (r < 0) return -1;
+        if (r > 0) {
+            li = -1;
+            continue;
+        }
+        switch (c) {
+        case 'h': return -2;
+        case '?':
+        case ':': return cli_opt_error(c, argc, argv, "transcribe");
+        case OPT_LANGUAGE: o->t.language = v; break;
+        case OPT_TASK:
             if (strcmp(v, "transcribe") == 0) o->t.task = SOTTO_TASK_TRANSCRIBE;
             else if (strcmp(v, "translate") == 0) o->t.task = SOTTO_TASK_TRANSLATE;
             else goto bad;
-        } else if (strcmp(a, "--beam") == 0) { NEED_VALUE(); if (parse_int(v, 1, 32, &o->t.beam_size)) goto bad; }
-        else if (strcmp(a, "--best-of") == 0) { NEED_VALUE(); if (parse_int(v, 1, 32, &o->t.best_of)) goto bad; }
-        else if (strcmp(a, "--temperature") == 0) { NEED_VALUE(); if (parse_temps(v, &o->t)) goto bad; }
-        else if (strcmp(a, "--patience") == 0) { NEED_VALUE(); if (parse_float(v, &o->t.patience) || !(o->t.patience > 0)) goto bad; }
-        else if (strcmp(a, "--length-penalty") == 0) { NEED_VALUE(); if (parse_float(v, &o->t.length_penalty) || !(o->t.length_penalty >= 0)) goto bad; }
-        else if (strcmp(a, "--no-speech-threshold") == 0) { NEED_VALUE(); if (parse_float(v, &o->t.no_speech_threshold)) goto bad; }
-        else if (strcmp(a, "--log-prob-threshold") == 0) { NEED_VALUE(); if (parse_float(v, &o->t.log_prob_threshold)) goto bad; }
-        else if (strcmp(a, "--compression-ratio-threshold") == 0) {
-            NEED_VALUE();
+            break;
+        case OPT_BEAM: if (parse_int(v, 1, 32, &o->t.beam_size)) goto bad; break;
+        case OPT_BEST_OF: if (parse_int(v, 1, 32, &o->t.best_of)) goto bad; break;
+        case OPT_TEMPERATURE: if (parse_temps(v, &o->t)) goto bad; break;
+        case OPT_PATIENCE: if (parse_float(v, &o->t.patience) || !(o->t.patience > 0)) goto bad; break;
+        case OPT_LENGTH_PENALTY:
+            if (parse_float(v, &o->t.length_penalty) || !(o->t.length_penalty >= 0)) goto bad;
+            break;
+        case OPT_NO_SPEECH: if (parse_float(v, &o->t.no_speech_threshold)) goto bad; break;
+        case OPT_LOG_PROB: if (parse_float(v, &o->t.log_prob_threshold)) goto bad; break;
+        case OPT_COMPRESSION:
             if (parse_float(v, &o->t.compression_ratio_threshold)) goto bad;
             if (isnan(o->t.compression_ratio_threshold)) o->t.compression_ratio_threshold = 0;
-        } else if (strcmp(a, "--no-condition") == 0) o->t.condition_on_previous_text = 0;
-        else if (strcmp(a, "--initial-prompt") == 0) { NEED_VALUE(); o->t.initial_prompt = v; }
-        else if (strcmp(a, "--prefix") == 0) { NEED_VALUE(); o->t.prefix = v; }
-        else if (strcmp(a, "--no-timestamps") == 0) o->t.without_timestamps = 1;
-        else if (strcmp(a, "--max-new-tokens") == 0) { NEED_VALUE(); if (parse_int(v, 1, 448, &o->t.max_new_tokens)) goto bad; }
-        else if (strcmp(a, "--format") == 0) {
-            NEED_VALUE();
+            break;
+        case OPT_NO_CONDITION: o->t.condition_on_previous_text = 0; break;
+        case OPT_INITIAL_PROMPT: o->t.initial_prompt = v; break;
+        case OPT_PREFIX: o->t.prefix = v; break;
+        case OPT_NO_TIMESTAMPS: o->t.without_timestamps = 1; break;
+        case OPT_MAX_NEW_TOKENS: if (parse_int(v, 1, 448, &o->t.max_new_tokens)) goto bad; break;
+        case OPT_FORMAT:
             if (strcmp(v, "text") == 0) o->fmt = FMT_TEXT;
             else if (strcmp(v, "txt") == 0) o->fmt = FMT_TXT;
             else if (strcmp(v, "json") == 0) o->fmt = FMT_JSON;
             else if (strcmp(v, "srt") == 0) o->fmt = FMT_SRT;
             else if (strcmp(v, "vtt") == 0) o->fmt = FMT_VTT;
             else goto bad;
-        } else if (strcmp(a, "--output") == 0 || strcmp(a, "-o") == 0) { NEED_VALUE(); o->output = v; }
-        else if (strcmp(a, "--threads") == 0) { NEED_VALUE(); if (parse_int(v, 0, 1024, &o->threads)) goto bad; }
-        else if (strcmp(a, "--vad-model") == 0) { NEED_VALUE(); o->vad_model = v; }
-        else if (strcmp(a, "--no-vad") == 0) o->no_vad = 1;
-        else if (strcmp(a, "--no-guardrails") == 0) o->t.no_repetition_guard = 1;
-        else if (strcmp(a, "--progress") == 0) o->progress = 1;
-        else if (strcmp(a, "--no-progress") == 0) o->progress = 0;
-        else if (strcmp(a, "--log-level") == 0) {
-            NEED_VALUE();
+            break;
+        case 'o': o->output = v; break;
+        case OPT_VAD_MODEL: o->vad_model = v; break;
+        case OPT_NO_VAD: o->no_vad = 1; break;
+        case OPT_NO_GUARDRAILS: o->t.no_repetition_guard = 1; break;
+        case OPT_PROGRESS: o->progress = 1; break;
+        case OPT_NO_PROGRESS: o->progress = 0; break;
+        case OPT_LOG_LEVEL: {
             sotto_log_level lv;
             if (sotto_log_parse_level(v, &lv)) goto bad;
             sotto_log_set_level(lv);
-        } else {
-            fprintf(stderr, "sotto transcribe: unknown option '%s'\n", a);
-            return -1;
+            break;
         }
+        default: return cli_opt_error('?', argc, argv, "transcribe");
+        }
+        li = -1;
         continue;
     bad:
-        fprintf(stderr, "sotto transcribe: bad value '%s' for %s\n", v, a);
+        fprintf(stderr, "sotto transcribe: bad value '%s' for %s%s\n", v, li >= 0 ? "--" : "-o",
+                li >= 0 ? k_longopts[li].name : "");
         return -1;
-#undef NEED_VALUE
     }
-    return i;
+    return optind;
 }
 
 /* ---- output ------------------------------------------------------------- */
@@ -295,8 +315,7 @@ static double now_s(void) {
 int sotto_cmd_transcribe(int argc, char **argv) {
     cli_opts o;
     memset(&o, 0, sizeof o);
-    o.model = sotto_cli_default_model();
-    o.mp = sotto_model_default_params();
+    cli_model_opts_init(&o.m);
     o.progress = -1;
     o.t = sotto_transcribe_default_opts();
     int first = parse_args(argc, argv, &o);
@@ -310,7 +329,7 @@ int sotto_cmd_transcribe(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    sotto_threads_set(o.threads);
+    sotto_threads_set(o.m.threads);
     FILE *out = stdout;
     if (o.output && !(out = fopen(o.output, "w"))) {
         fprintf(stderr, "sotto transcribe: cannot write %s\n", o.output);
@@ -319,7 +338,7 @@ int sotto_cmd_transcribe(int argc, char **argv) {
     sotto_err err;
     sotto_err_clear(&err);
     double t0 = now_s();
-    sotto_model *model = sotto_model_load(o.model, &o.mp, &err);
+    sotto_model *model = sotto_model_load(o.m.model, &o.m.mp, &err);
     if (!model) {
         fprintf(stderr, "sotto transcribe: cannot load model: %s\n", err.msg);
         if (out != stdout) fclose(out);
@@ -342,7 +361,7 @@ int sotto_cmd_transcribe(int argc, char **argv) {
     o.t.vad = vad;
     char policy[512];
     sotto_model_policy_string(model, policy, sizeof policy);
-    SOTTO_INFO("model %s loaded in %.2f s: %.1f MB of weights (%s), peak RSS %.1f MB", o.model,
+    SOTTO_INFO("model %s loaded in %.2f s: %.1f MB of weights (%s), peak RSS %.1f MB", o.m.model,
                now_s() - t0, sotto_model_weight_bytes(model) / 1e6, policy,
                sotto_model_load_peak_rss(model) / 1e6);
     int status = 0;

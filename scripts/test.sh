@@ -109,6 +109,7 @@ if [ "$only_unit" -eq 0 ]; then
     run "log-mel vs faster-whisper" "$py" "$R/test_mel_ref.py" --sotto "$S" --manifest "$manifest"
     run "encoder vs CTranslate2" "$py" "$R/test_encoder_ref.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "transcripts vs faster-whisper (tiny.en)" "$py" "$R/test_reference.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "the sotto command line: getopt_long options anywhere, -- , --help, named errors" "$py" "$R/test_cli.py" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest"
     run "Hugging Face loader" "$py" "$R/test_hf_loader.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "multilingual (base)" "$py" "$R/test_multilingual.py" --sotto "$S" --model models/base --manifest "$manifest"
     run "quantized weights (tiny.en)" "$py" "$R/test_quant.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
