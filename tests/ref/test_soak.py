@@ -51,8 +51,9 @@ exits 0 on SIGTERM; no sanitizer report in its stderr.
 
 The server runs with --max-connections and --max-connections-per-ip 2400
 (the idle pool, the storm, the fuzzers and the legitimate session at once:
-the defaults, 1024 and 256, would refuse most of the pool), --max-sessions 5
-and --start-timeout-s 15. The test raises its own RLIMIT_NOFILE (the server
+the defaults, 1024 and 256, would refuse most of the pool), --max-sessions 5,
+--start-timeout-s 15 (the idle pool is reopened that often) and --vad energy
+(the Silero VAD's passes would only add to the ASan server's load). The test raises its own RLIMIT_NOFILE (the server
 inherits it) to what the pool needs.
 """
 import argparse
@@ -66,7 +67,6 @@ import resource
 import socket
 import struct
 import sys
-import tempfile
 import time
 
 import refcommon as rc
