@@ -5,6 +5,7 @@
 #include "server.h"
 
 #include "compat.h"
+#include "start_parse.h"
 
 #include "log.h"
 
@@ -122,15 +123,6 @@ static const char *jstr(const cJSON *o, const char *k) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* Optional number field: 0 absent, 1 present and in [lo, hi], -1 bad. */
-static int jnum(const cJSON *o, const char *k, double lo, double hi, double *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!v) return 0;
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) return -1;
-    *out = v->valuedouble;
-    return 1;
-}
-
 static void ack(srv *s, srv_session *ss, int force) {
     uint64_t step = ss->encoding == SOTTO_ENCODING_OPUS ? 12 : (uint64_t)ss->sample_rate / 4;
     if (!force && ss->units_in - ss->units_acked_sent < step) return;
@@ -144,43 +136,6 @@ static void ack(srv *s, srv_session *ss, int force) {
 
 /* ---- control messages ------------------------------------------------------------ */
 
-static int parse_vad(srv_session *ss, const cJSON *v, char *why, size_t whysz) {
-    if (!v) return 0;
-    if (!cJSON_IsObject(v)) return snprintf(why, whysz, "vad must be an object"), -1;
-    double x;
-    struct {
-        const char *k;
-        int *field;
-        double lo, hi;
-    } ints[] = {{"silence_ms", &ss->dp.vad.silence_ms, 100, 10000},
-                {"preroll_ms", &ss->dp.vad.preroll_ms, 0, 2000},
-                {"min_speech_ms", &ss->dp.vad.min_speech_ms, 0, 2000}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        int r = jnum(v, ints[i].k, ints[i].lo, ints[i].hi, &x);
-        if (r < 0) return snprintf(why, whysz, "vad.%s must be a number in %g..%g", ints[i].k, ints[i].lo, ints[i].hi), -1;
-        if (r) *ints[i].field = (int)x;
-    }
-    int r = jnum(v, "threshold_db", 0, 40, &x);
-    if (r < 0) return snprintf(why, whysz, "vad.threshold_db must be a number in 0..40"), -1;
-    if (r) ss->dp.vad.threshold_db = (float)x;
-    r = jnum(v, "threshold", 0.01, 1, &x);
-    if (r < 0) return snprintf(why, whysz, "vad.threshold must be a number in 0.01..1"), -1;
-    if (r) { /* Silero's speech probability; hysteresis 0.15 below it, as silero's own */
-        ss->dp.vad.speech_threshold = (float)x;
-        ss->dp.vad.neg_threshold = x > 0.15 ? (float)x - 0.15f : 0.0f;
-    }
-    const cJSON *k = cJSON_GetObjectItemCaseSensitive(v, "kind");
-    if (k) {
-        if (!cJSON_IsString(k) || (strcmp(k->valuestring, "silero") && strcmp(k->valuestring, "energy")))
-            return snprintf(why, whysz, "vad.kind must be \"silero\" or \"energy\""), -1;
-        if (!strcmp(k->valuestring, "silero") && !ss->srv->silero)
-            return snprintf(why, whysz, "vad.kind silero: this server has no Silero model "
-                                        "(start it with --vad-model)"), -1;
-        ss->dp.vad.kind = strcmp(k->valuestring, "silero") ? SOTTO_VAD_ENERGY : SOTTO_VAD_SILERO;
-    }
-    return 0;
-}
-
 static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
     char why[256];
     if (ss->state != SESS_NEW) {
@@ -188,100 +143,42 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
         return;
     }
     if (!session_slot_free(s, ss)) return;
-    const char *enc = jstr(msg, "encoding");
-    sotto_encoding e = SOTTO_ENCODING_PCM_S16LE;
-    if (enc && sotto_encoding_parse(enc, &e)) {
-        snprintf(why, sizeof why, "unknown encoding '%s' (pcm_s16le, pcm_f32le, opus)", enc);
-        srv_session_error(s, ss, "bad_start", why, 0);
+    srv_start st; /* start_parse.c: every check that needs no session */
+    const char *code = srv_start_parse(msg, &s->opt, s->silero, &st, why, sizeof why);
+    if (code) {
+        srv_session_error(s, ss, code, why, 0);
         return;
     }
-    double rate = e == SOTTO_ENCODING_OPUS ? 48000 : 16000, ch = 1, step = 1000, maxw = 28;
-    if (jnum(msg, "sample_rate", 8000, 48000, &rate) < 0 || jnum(msg, "channels", 1, 2, &ch) < 0 ||
-        jnum(msg, "step_ms", 100, 10000, &step) < 0 || jnum(msg, "max_window_s", 2, 30, &maxw) < 0) {
-        srv_session_error(s, ss, "bad_start",
-                          "sample_rate must be 8000..48000, channels 1 or 2, step_ms 100..10000, "
-                          "max_window_s 2..30",
-                          0);
-        return;
-    }
-    const char *model = jstr(msg, "model");
-    const char *weights = jstr(msg, "weights");
-    sotto_wfmt w = s->opt.default_weights;
-    if (weights && sotto_wfmt_parse(weights, &w)) {
-        snprintf(why, sizeof why, "unknown weights '%s'", weights);
-        srv_session_error(s, ss, "bad_start", why, 0);
-        return;
-    }
-    if (!s->opt.allowed[w]) {
-        snprintf(why, sizeof why, "weights '%s' are not offered by this server", sotto_wfmt_name(w));
-        srv_session_error(s, ss, "weights_not_allowed", why, 0);
-        return;
-    }
-    srv_model *sm = srv_model_find(s, model, w);
+    srv_model *sm = st.model_too_long ? NULL : srv_model_find(s, st.has_model ? st.model : NULL, st.weights);
     if (!sm) {
-        snprintf(why, sizeof why, "unknown model '%s'", model ? model : "");
+        snprintf(why, sizeof why, "unknown model '%s'", st.model);
         srv_session_error(s, ss, "unknown_model", why, 0);
         return;
     }
-    const char *lang = jstr(msg, "language"), *task = jstr(msg, "task"), *prompt = jstr(msg, "prompt");
-    if ((lang && strlen(lang) >= sizeof ss->language) || (task && strcmp(task, "transcribe") &&
-                                                          strcmp(task, "translate")) ||
-        (prompt && strlen(prompt) > 2000)) {
-        srv_session_error(s, ss, "bad_start",
-                          "language must be a code or 'auto', task transcribe or translate, "
-                          "prompt at most 2000 bytes",
-                          0);
-        return;
-    }
-    const char *feed = jstr(msg, "feed"), *feed_key = jstr(msg, "feed_key");
-    if ((feed && !srv_feed_name_ok(feed)) || (feed_key && (!*feed_key || strlen(feed_key) > SRV_FEED_NAME_MAX))) {
-        srv_session_error(s, ss, "bad_start",
-                          "feed must be 1..64 of A-Z a-z 0-9 - _ . (not starting with '.'), "
-                          "feed_key 1..64 bytes", 0);
-        return;
-    }
-    int claim = feed ? srv_feed_claim(s, ss, feed, feed_key) : 0;
+    int claim = st.has_feed ? srv_feed_claim(s, ss, st.feed, st.has_feed_key ? st.feed_key : NULL) : 0;
     if (claim == -1) {
-        snprintf(why, sizeof why, "the feed name '%s' is taken", feed);
+        snprintf(why, sizeof why, "the feed name '%s' is taken", st.feed);
         srv_session_error(s, ss, "feed_taken", why, 0);
         return;
     }
     if (claim == -2) {
-        snprintf(why, sizeof why, "the feed name '%s' belongs to another API key", feed);
+        snprintf(why, sizeof why, "the feed name '%s' belongs to another API key", st.feed);
         srv_session_error(s, ss, "feed_owned", why, 0);
         return;
     }
-    const cJSON *partials = cJSON_GetObjectItemCaseSensitive(msg, "partials");
-    ss->dp = sotto_dictation_default_params();
-    ss->dp.vad.kind = s->opt.vad_kind;
-    ss->dp.vad.silero = s->silero;
-    ss->dp.step_ms = (int)step;
-    ss->dp.max_window_s = (float)maxw;
-    ss->dp.max_backlog_s = (float)s->opt.max_buffer_s;
-    if (ss->dp.max_backlog_s < ss->dp.max_window_s) ss->dp.max_backlog_s = ss->dp.max_window_s;
-    if (cJSON_IsBool(partials)) ss->dp.partials = cJSON_IsTrue(partials);
-    const cJSON *fts = cJSON_GetObjectItemCaseSensitive(msg, "final_timestamps");
-    if (cJSON_IsBool(fts)) ss->dp.final_timestamps = cJSON_IsTrue(fts);
-    if (parse_vad(ss, cJSON_GetObjectItemCaseSensitive(msg, "vad"), why, sizeof why)) {
-        srv_session_error(s, ss, "bad_start", why, 0);
-        return;
-    }
+    ss->dp = st.dp;
     sotto_err err;
-    if (sotto_dictation_params_check(&ss->dp, &err)) {
-        srv_session_error(s, ss, "bad_start", err.msg, 0);
-        return;
-    }
-    ss->ain = sotto_audio_in_create(e, (int)rate, (int)ch, &err);
+    ss->ain = sotto_audio_in_create(st.encoding, st.sample_rate, st.channels, &err);
     if (!ss->ain) {
         srv_session_error(s, ss, "bad_start", err.msg, 0);
         return;
     }
-    ss->encoding = e;
-    ss->sample_rate = (int)rate;
-    ss->channels = (int)ch;
-    snprintf(ss->language, sizeof ss->language, "%s", lang ? lang : "");
-    ss->task = task && !strcmp(task, "translate") ? SOTTO_TASK_TRANSLATE : SOTTO_TASK_TRANSCRIBE;
-    if (prompt && !(ss->prompt = strdup(prompt))) {
+    ss->encoding = st.encoding;
+    ss->sample_rate = st.sample_rate;
+    ss->channels = st.channels;
+    snprintf(ss->language, sizeof ss->language, "%s", st.language);
+    ss->task = st.task;
+    if (st.has_prompt && !(ss->prompt = strdup(st.prompt))) {
         srv_session_error(s, ss, "internal", "out of memory", 1);
         return;
     }
@@ -290,8 +187,8 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
     sm->refs++;
     ss->state = SESS_LOADING;
     pthread_mutex_unlock(&s->lock);
-    sotto_log(SOTTO_LOG_INFO, ss->id, "start: %s %d Hz x%d, model %s (%s)", sotto_encoding_name(e),
-              ss->sample_rate, ss->channels, sm->name, sotto_wfmt_name(w));
+    sotto_log(SOTTO_LOG_INFO, ss->id, "start: %s %d Hz x%d, model %s (%s)", sotto_encoding_name(st.encoding),
+              ss->sample_rate, ss->channels, sm->name, sotto_wfmt_name(st.weights));
     srv_worker_kick(s);
 }
 
@@ -328,10 +225,11 @@ static void on_stop(srv *s, srv_session *ss, int end_of_stream) {
 
 /* Attaches an existing (detached) session to this connection. */
 static void on_resume(srv *s, struct lws *wsi, conn *c, const cJSON *msg) {
-    const char *id = jstr(msg, "session"), *token = jstr(msg, "token");
-    double last_seq = 0;
-    if (!id || !token || jnum(msg, "last_seq", 0, 1e15, &last_seq) < 0) {
-        srv_session_error(s, c->ss, "bad_resume", "resume needs session, token and last_seq", 0);
+    const char *id, *token;
+    uint64_t last_seq;
+    char why[128];
+    if (srv_resume_parse(msg, &id, &token, &last_seq, why, sizeof why)) { /* start_parse.c */
+        srv_session_error(s, c->ss, "bad_resume", why, 0);
         return;
     }
     if (c->ss->state != SESS_NEW) {
@@ -368,7 +266,7 @@ static void on_resume(srv *s, struct lws *wsi, conn *c, const cJSON *msg) {
     old->wsi = wsi;
     old->detached_at = 0;
     old->closing = 0;
-    uint64_t have = (uint64_t)last_seq;
+    uint64_t have = last_seq;
     if (have >= old->next_seq) have = old->next_seq - 1;
     int lost = have + 1 < old->first_kept;
     old->sent_upto = have < old->first_kept ? old->first_kept - 1 : have;
