@@ -358,7 +358,7 @@ static void on_audio(srv *s, srv_session *ss, const unsigned char *data, size_t 
             if (np) ss->pending = np, ss->cap_pending = cap2;
         }
         size_t take = ss->cap_pending - ss->n_pending < n ? ss->cap_pending - ss->n_pending : n;
-        memcpy(ss->pending + ss->n_pending, out, sizeof(float) * take);
+        if (take) memcpy(ss->pending + ss->n_pending, out, sizeof(float) * take); /* pending is NULL until needed */
         ss->n_pending += take;
         if (take < n) atomic_fetch_add(&s->m.audio_dropped_samples, n - take);
     }
@@ -842,7 +842,7 @@ static int on_receive(srv *s, struct lws *wsi, conn *c, const void *in, size_t l
                 c->rx = nb;
                 c->rx_cap = cap;
             }
-            memcpy(c->rx + c->rx_len, in, len);
+            if (len) memcpy(c->rx + c->rx_len, in, len); /* c->rx is NULL before the first byte */
             c->rx_len += len;
         }
     }
