@@ -622,8 +622,11 @@ static void viewer_receive(conn *c, struct lws *wsi) {
 
 /* Writes the viewer's own messages, then the session's viewer events from its
  * cursor (superseded partials skipped when it lags); drops a viewer that fell
- * out of the ring; closes after the session's `done`. */
+ * out of the ring; closes after the session's `done`. A close comes in a
+ * writeable callback of its own, never in the one that wrote the last
+ * message (a browser may otherwise see the close before the message). */
 static int viewer_write(srv *s, struct lws *wsi, conn *c) {
+    int wrote = 0;
     for (int n = 0; n < 64; n++) {
         size_t len = 0;
         int close_now = 0, is_done = 0;
@@ -636,6 +639,7 @@ static int viewer_write(srv *s, struct lws *wsi, conn *c) {
             free(msg);
             if (bad) return -1;
         } else if (c->close_after_outbox || !c->ss) {
+            if (wrote) break; /* close in the next callback */
             lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"bye", 3);
             return -1;
         } else {
@@ -657,6 +661,7 @@ static int viewer_write(srv *s, struct lws *wsi, conn *c) {
                 c->cursor = last;
                 close_now = ss->state == SESS_DONE;
                 pthread_mutex_unlock(&ss->lock);
+                if (close_now && wrote) break; /* close in the next callback */
                 if (close_now) {
                     lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
                     return -1;
@@ -675,6 +680,7 @@ static int viewer_write(srv *s, struct lws *wsi, conn *c) {
             pthread_mutex_unlock(&ss->lock);
         }
         if (lws_write(wsi, c->tx + LWS_PRE, len, LWS_WRITE_TEXT) < (int)len) return -1;
+        wrote = 1;
         atomic_fetch_add(&s->m.events_sent, 1);
         if (is_done) c->close_after_outbox = 1;
         if (lws_send_pipe_choked(wsi)) break;
