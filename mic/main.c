@@ -4,6 +4,8 @@
 #include "log.h"
 #include "mic.h"
 
+#include <errno.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,50 +45,72 @@ static void usage(FILE *f) {
             "  --test-drop-after S   testing: break the connection once after S s of audio\n");
 }
 
+/* A number in lo..hi, or exit 2 naming the option. */
+static double num(const char *opt, const char *v, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (errno || end == v || *end || !(d >= lo && d <= hi)) {
+        fprintf(stderr, "sotto-mic: bad value '%s' for --%s (a number in %g..%g)\n", v, opt, lo, hi);
+        exit(2);
+    }
+    return d;
+}
+
 int main(int argc, char **argv) {
     mic_link_opts lo = {"ws://127.0.0.1:8765/v1/stream", 0, NULL, NULL, NULL, NULL, 0, 0, 20};
     mic_source_opts so = {NULL, -1, 1.0, 0, &g_interrupt, NULL};
     int list = 0;
     sotto_log_set_level(SOTTO_LOG_WARN);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define ARG(name) (!strcmp(a, name) && (v ? (i++, 1) : (fprintf(stderr, "sotto-mic: %s needs a value\n", name), exit(2), 0)))
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--list-devices")) {
-            list = 1;
-        } else if (!strcmp(a, "--insecure")) {
-            lo.insecure = 1;
-        } else if (!strcmp(a, "--quiet")) {
-            lo.quiet = 1;
-        } else if (ARG("--server")) {
-            lo.url = v;
-        } else if (ARG("--device")) {
+    enum {
+        OPT_LIST = 1, OPT_INSECURE, OPT_QUIET, OPT_SERVER, OPT_DEVICE, OPT_FILE, OPT_SPEED,
+        OPT_OUTPUT, OPT_WEIGHTS, OPT_LANGUAGE, OPT_TASK, OPT_BITRATE, OPT_RECONNECTS,
+        OPT_DROP, OPT_LOG_LEVEL
+    };
+    static const struct option longopts[] = {
+        {"list-devices", no_argument, NULL, OPT_LIST},
+        {"insecure", no_argument, NULL, OPT_INSECURE},
+        {"quiet", no_argument, NULL, OPT_QUIET},
+        {"server", required_argument, NULL, OPT_SERVER},
+        {"device", required_argument, NULL, OPT_DEVICE},
+        {"file", required_argument, NULL, OPT_FILE},
+        {"speed", required_argument, NULL, OPT_SPEED},
+        {"output", required_argument, NULL, OPT_OUTPUT},
+        {"weights", required_argument, NULL, OPT_WEIGHTS},
+        {"language", required_argument, NULL, OPT_LANGUAGE},
+        {"task", required_argument, NULL, OPT_TASK},
+        {"bitrate", required_argument, NULL, OPT_BITRATE},
+        {"reconnects", required_argument, NULL, OPT_RECONNECTS},
+        {"test-drop-after", required_argument, NULL, OPT_DROP},
+        {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        const char *v = optarg;
+        switch (c) {
+        case 'h': usage(stdout); return 0;
+        case OPT_LIST: list = 1; break;
+        case OPT_INSECURE: lo.insecure = 1; break;
+        case OPT_QUIET: lo.quiet = 1; break;
+        case OPT_SERVER: lo.url = v; break;
+        case OPT_DEVICE:
             if (v[0] && strspn(v, "0123456789") == strlen(v))
-                so.device = atoi(v);
+                so.device = (int)num("device", v, 0, 100000);
             else
                 so.device_name = v;
-        } else if (ARG("--file")) {
-            so.file = v;
-        } else if (ARG("--speed")) {
-            so.speed = atof(v);
-        } else if (ARG("--output")) {
-            lo.output = v;
-        } else if (ARG("--weights")) {
-            lo.weights = v;
-        } else if (ARG("--language")) {
-            lo.language = v;
-        } else if (ARG("--task")) {
-            lo.task = v;
-        } else if (ARG("--bitrate")) {
-            so.bitrate = atoi(v);
-        } else if (ARG("--reconnects")) {
-            lo.max_reconnects = atoi(v);
-        } else if (ARG("--test-drop-after")) {
-            lo.drop_after_s = atof(v);
-        } else if (ARG("--log-level")) {
+            break;
+        case OPT_FILE: so.file = v; break;
+        case OPT_SPEED: so.speed = num("speed", v, 1e-3, 1000); break;
+        case OPT_OUTPUT: lo.output = v; break;
+        case OPT_WEIGHTS: lo.weights = v; break;
+        case OPT_LANGUAGE: lo.language = v; break;
+        case OPT_TASK: lo.task = v; break;
+        case OPT_BITRATE: so.bitrate = (int)num("bitrate", v, 0, 512000); break;
+        case OPT_RECONNECTS: lo.max_reconnects = (int)num("reconnects", v, 0, 1000000); break;
+        case OPT_DROP: lo.drop_after_s = num("test-drop-after", v, 0, 1e6); break;
+        case OPT_LOG_LEVEL: {
             const char *names[] = {"debug", "info", "warn", "error"};
             int k = 0;
             while (k < 4 && strcmp(v, names[k])) k++;
@@ -95,12 +119,24 @@ int main(int argc, char **argv) {
                 return 2;
             }
             sotto_log_set_level((sotto_log_level)k);
-        } else {
-            fprintf(stderr, "sotto-mic: unknown option '%s'\n", a);
+            break;
+        }
+        case ':':
+            fprintf(stderr, "sotto-mic: %s needs a value\n", argv[optind - 1]);
+            return 2;
+        default:
+            if (optopt)
+                fprintf(stderr, "sotto-mic: unknown option '-%c'\n", optopt);
+            else
+                fprintf(stderr, "sotto-mic: unknown option '%s'\n", argv[optind - 1]);
             usage(stderr);
             return 2;
         }
-#undef ARG
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sotto-mic: unexpected argument '%s' (a WAV file goes after --file)\n",
+                argv[optind]);
+        return 2;
     }
     if (list) return mic_list_devices();
     if (so.speed <= 0 || so.speed > 1000 || lo.max_reconnects < 0) {

@@ -7,6 +7,7 @@
 #include "mapfile.h"
 #include "vad_model.h"
 
+#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,35 +274,68 @@ static int load_config(srv_options *o, const char *path) {
     return rc ? -1 : 0;
 }
 
+/* Every option takes a value; the config file's keys are the same names. */
+static const char *const k_keys[] = {
+    "port", "memory-budget-mb", "max-sessions", "max-connections", "max-connections-per-ip",
+    "max-detached", "start-timeout-s", "idle-timeout-s", "max-buffer-s", "resume-grace-s",
+    "idle-unload-s", "drain-s", "max-frame-bytes", "threads", "max-batch", "max-upload-mb",
+    "max-upload-s", "batch-queue", "batch-threads", "host", "model", "weights",
+    "default-weights", "device", "web", "tls-cert", "tls-key", "api-key", "api-keys-file", "vad",
+    "vad-model", "log-level", "config"};
+#define N_KEYS ((int)(sizeof k_keys / sizeof k_keys[0]))
+#define KEY_CODE 0x100 /* getopt_long returns KEY_CODE + index into k_keys */
+
+/* getopt_long over argv: --key VALUE or --key=VALUE, -- ends the options,
+ * unknown options and missing values named. */
 int srv_options_parse(srv_options *o, int argc, char **argv) {
-    for (int i = 1; i < argc; i++) /* the config file first, so flags override it */
-        if (!strcmp(argv[i], "--config") && i + 1 < argc && load_config(o, argv[i + 1])) return -1;
+    struct option lo[N_KEYS + 2];
+    int config = -1;
+    for (int k = 0; k < N_KEYS; k++) {
+        lo[k] = (struct option){k_keys[k], required_argument, NULL, KEY_CODE + k};
+        if (!strcmp(k_keys[k], "config")) config = k;
+    }
+    lo[N_KEYS] = (struct option){"help", no_argument, NULL, 'h'};
+    lo[N_KEYS + 1] = (struct option){NULL, 0, NULL, 0};
+    opterr = 0;
+    int c;
+    /* the config file first, so flags override it (errors are reported below) */
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1)
+        if (c == KEY_CODE + config && load_config(o, optarg)) return -1;
     int cfg_models = o->n_models;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    optind = 0; /* glibc: start over (argv may have been permuted) */
+    while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+        if (c == 'h') {
             usage(stdout);
             return 1;
         }
-        if (strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "sotto-server: unexpected argument '%s'\n", a);
+        if (c == ':' || c == '?') {
+            const char *el = optind - 1 >= 1 && optind - 1 < argc ? argv[optind - 1] : "?";
+            if (c == ':')
+                fprintf(stderr, "sotto-server: %s needs a value\n", el);
+            else if (optopt)
+                fprintf(stderr, "sotto-server: unknown option '-%c'\n", optopt);
+            else
+                fprintf(stderr, "sotto-server: unknown option '%s'\n", el);
             usage(stderr);
             return -1;
         }
-        const char *key = a + 2, *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(key, "config")) {
-            i++;
-            continue;
-        }
+        const int k = c - KEY_CODE;
+        if (k == config) continue;
+        const char *key = k_keys[k];
         if (!strcmp(key, "model") && cfg_models) { /* the command line replaces the file's list */
-            for (int k = 0; k < cfg_models; k++) free(o->model_dirs[k]);
+            for (int m = 0; m < cfg_models; m++) free(o->model_dirs[m]);
             memmove(o->model_dirs, o->model_dirs + cfg_models,
                     sizeof(char *) * (size_t)(o->n_models - cfg_models));
             o->n_models -= cfg_models;
             cfg_models = 0;
         }
-        if (set(o, key, val)) return -1;
-        i++;
+        if (set(o, key, optarg)) return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sotto-server: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return -1;
     }
     if (o->n_models == 0) {
         char buf[PATH_MAX];

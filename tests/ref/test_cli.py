@@ -27,10 +27,13 @@ def main():
     ap.add_argument("--sotto", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--base-model", required=True)
+    ap.add_argument("--server", help="sotto-server: its options are checked too")
+    ap.add_argument("--mic", help="sotto-mic: its options are checked too")
     ap.add_argument("--manifest", default=rc.DEFAULT_MANIFEST)
     args = ap.parse_args()
     args.sotto, args.model, args.base_model = (os.path.abspath(x) for x in
                                                (args.sotto, args.model, args.base_model))
+    args.server, args.mic = (os.path.abspath(x) if x else None for x in (args.server, args.mic))
     rows = rc.load_manifest(args.manifest, {"en"})
     clip = os.path.abspath(min(rows, key=lambda r: float(r["seconds"]))["file"])
     tmp = tempfile.mkdtemp(prefix="sotto-cli-")
@@ -119,6 +122,26 @@ def main():
        p.stderr.strip()[:100])
     p = run("tokens", "--model", args.model, "id", "--", "<|en|>")
     ok("tokens id -- TOKEN", p.returncode == 0 and p.stdout.strip().isdigit(), p.stdout.strip())
+
+    for prog, path in (("sotto-server", args.server), ("sotto-mic", args.mic)):
+        if not path:
+            continue
+        print(f"== {prog}")
+
+        def prun(*a):
+            return subprocess.run([path, *a], capture_output=True, text=True, timeout=60)
+        p = prun("--help")
+        ok(f"{prog} --help: exit 0, usage on stdout", p.returncode == 0 and
+           p.stdout.startswith(f"usage: {prog}"), f"exit {p.returncode}")
+        bad = [(["--frobnicate"], "'--frobnicate'"), (["stray"], "'stray'"),
+               (["--log-level"], "--log-level")]
+        bad += ([(["--port=abc"], "port"), (["--max-sessions", "0"], "max-sessions"),
+                 (["--device", "gpu"], "gpu")] if prog == "sotto-server" else
+                [(["--speed=fast"], "--speed"), (["--reconnects", "-1"], "--reconnects")])
+        for argv, named in bad:
+            p = prun(*argv)
+            ok(f"{prog} {' '.join(argv)}: exit 2 naming {named}", p.returncode == 2 and named in p.stderr,
+               f"exit {p.returncode}; {p.stderr.strip().splitlines()[:1]}")
 
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"\n{n} checks, {len(fails)} failed")
