@@ -109,7 +109,7 @@ if [ "$only_unit" -eq 0 ]; then
     run "log-mel vs faster-whisper" "$py" "$R/test_mel_ref.py" --sotto "$S" --manifest "$manifest"
     run "encoder vs CTranslate2" "$py" "$R/test_encoder_ref.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "transcripts vs faster-whisper (tiny.en)" "$py" "$R/test_reference.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
-    run "the sotto command line: getopt_long options anywhere, -- , --help, named errors" "$py" "$R/test_cli.py" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest"
+    run "the sotto command line: getopt_long options anywhere, -- , --help, named errors" "$py" "$R/test_cli.py" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest" --server "$root/build/sotto-server" --mic "$root/build/sotto-mic"
     run "Hugging Face loader" "$py" "$R/test_hf_loader.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "multilingual (base)" "$py" "$R/test_multilingual.py" --sotto "$S" --model models/base --manifest "$manifest"
     run "quantized weights (tiny.en)" "$py" "$R/test_quant.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
@@ -125,6 +125,7 @@ if [ "$only_unit" -eq 0 ]; then
     run "bounded inputs under ASan+UBSan" "$py" "$R/test_inputs.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "security: admission, timeouts, frame limits, keys and tokens" "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "security under ASan+UBSan" "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    run "soak: hostile clients around one real-time session under ASan+UBSan (short)" "$py" "$R/test_soak.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --short
     run "desktop client sotto-mic (ASan+UBSan build)" "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
   fi
 fi
