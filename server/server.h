@@ -259,9 +259,13 @@ int srv_feed_name_ok(const char *name);
  * belongs to another key (the first key to publish a name owns it while the
  * server runs; sessions without keys configured have owner -1 and own nothing). */
 int srv_feed_claim(srv *s, srv_session *ss, const char *name, const char *key);
-srv_session *srv_feed_find(srv *s, const char *name); /* takes a ref */
+/* The live session publishing name, else the record of an ended one (its
+ * finals, key and owner only; kept for 1 h, at most 64: feed.c); takes a ref. */
+srv_session *srv_feed_find(srv *s, const char *name);
 int srv_feed_is_viewer_event(const char *type);
 void srv_feed_add_final(srv_session *ss, const cJSON *final_event); /* session lock held */
+/* Called by session_free: a published session's finals move into an ended
+ * feed's record (see srv_feed_find) instead of being freed. */
 void srv_feed_free_captions(srv_session *ss);
 /* .vtt (vtt=1) or .srt of the finals so far; malloc'd. */
 char *srv_feed_captions(srv_session *ss, int vtt, size_t *len);
