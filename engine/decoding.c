@@ -248,6 +248,24 @@ int sotto_guard_is_silent(const sotto_guard_opts *o, const sotto_generate_result
     return isnan(o->log_prob_threshold) || !(r->avg_logprob > o->log_prob_threshold);
 }
 
+/* The index of the token that begins the second copy of a loop that
+ * sotto_repetition_find_words finds in text (the decoded tokens), or -1. */
+static int word_loop_at(const sotto_model *m, const int32_t *t, int n, const char *text) {
+    int second = -1;
+    if (!sotto_repetition_find_words(text, &second)) return -1;
+    /* the token that begins word `second`: the shortest prefix with more words */
+    for (int k = 1; k <= n; k++) {
+        sotto_err e;
+        sotto_err_clear(&e);
+        char *pre = sotto_tokens_text(m, t, k, &e);
+        if (!pre) return -1;
+        int c = sotto_repetition_count_words(pre);
+        free(pre);
+        if (c > second) return k - 1;
+    }
+    return -1;
+}
+
 int sotto_guard_check(const sotto_model *m, const sotto_guard_opts *o,
                       const sotto_generate_result *r, double seconds, int prior_tokens,
                       sotto_verdict *v, sotto_err *err) {
@@ -259,6 +277,7 @@ int sotto_guard_check(const sotto_model *m, const sotto_guard_opts *o,
     size_t b, e;
     sotto_strip_bounds(text, &b, &e);
     v->compression_ratio = sotto_compression_ratio(text + b, e - b);
+    int wloop = o->repetition ? word_loop_at(m, r->tokens, r->n_tokens, text) : -1;
     free(text);
     if (o->compression_ratio_threshold > 0 && v->compression_ratio > o->compression_ratio_threshold)
         v->failed |= SOTTO_GUARD_COMPRESSION;
@@ -266,6 +285,13 @@ int sotto_guard_check(const sotto_model *m, const sotto_guard_opts *o,
         v->failed |= SOTTO_GUARD_LOGPROB;
     if (o->repetition && sotto_repetition_find(r->tokens, r->n_tokens, eot, &v->rep))
         v->failed |= SOTTO_GUARD_REPETITION;
+    if (wloop >= 0 && (!(v->failed & SOTTO_GUARD_REPETITION) || wloop < v->rep.at)) {
+        v->failed |= SOTTO_GUARD_REPETITION;
+        v->rep.found = 1;
+        v->rep.at = wloop;
+        v->rep.period = SOTTO_WORD_LOOP_N;
+        v->rep.copies = 3;
+    }
     v->max_tokens = sotto_guard_max_tokens(o, seconds);
     v->prior_tokens = prior_tokens;
     if (v->max_tokens > 0) {

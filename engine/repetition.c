@@ -1,6 +1,8 @@
 /* repetition.c - decoding-loop detector (see repetition.h). */
 #include "repetition.h"
 
+#include <ctype.h>
+
 #include <string.h>
 
 #define MAX_PERIOD 48
@@ -84,6 +86,61 @@ int sotto_repetition_tail(const int32_t *tokens, int n, int32_t eot) {
         int run = 0;
         while (m - 1 - run - p >= 0 && t[m - 1 - run] == t[m - 1 - run - p]) run++;
         if (run >= p && loop_enough(1 + run / p, p)) return 1;
+    }
+    return 0;
+}
+
+/* ---- the word rule --------------------------------------------------------------- */
+
+#define WLOOP_MAX 512 /* words examined */
+
+static int is_word_byte(unsigned char c) { return isalnum(c) || c >= 0x80 || c == '\''; }
+
+/* Word starts and lengths of text (at most max); returns the count. */
+static int split_words(const char *text, const char **w, int *len, int max) {
+    int n = 0;
+    for (const char *p = text; *p && n < max;) {
+        while (*p && !is_word_byte((unsigned char)*p)) p++;
+        if (!*p) break;
+        const char *q = p;
+        while (*q && is_word_byte((unsigned char)*q)) q++;
+        if (w) w[n] = p, len[n] = (int)(q - p);
+        n++;
+        p = q;
+    }
+    return n;
+}
+
+int sotto_repetition_count_words(const char *text) {
+    return text ? split_words(text, NULL, NULL, 1 << 30) : 0;
+}
+
+static int same_word(const char *a, int la, const char *b, int lb) {
+    if (la != lb) return 0;
+    for (int i = 0; i < la; i++)
+        if (tolower((unsigned char)a[i]) != tolower((unsigned char)b[i])) return 0;
+    return 1;
+}
+
+int sotto_repetition_find_words(const char *text, int *second_word) {
+    const char *w[WLOOP_MAX];
+    int len[WLOOP_MAX];
+    const int N = SOTTO_WORD_LOOP_N;
+    int nw = text ? split_words(text, w, len, WLOOP_MAX) : 0;
+    for (int i = 0; i + N <= nw; i++) {
+        int copies = 1, last = i, second = -1;
+        for (int j = i + 1; j + N <= nw && j - last <= SOTTO_WORD_LOOP_GAP && copies < 3; j++) {
+            int k = 0;
+            while (k < N && same_word(w[i + k], len[i + k], w[j + k], len[j + k])) k++;
+            if (k < N) continue;
+            if (copies == 1) second = j;
+            copies++;
+            last = j;
+        }
+        if (copies >= 3) {
+            if (second_word) *second_word = second;
+            return 1;
+        }
     }
     return 0;
 }

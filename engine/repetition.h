@@ -39,4 +39,19 @@ int sotto_repetition_find(const int32_t *tokens, int n, int32_t eot, sotto_repet
  * Returns 1 if tokens[0..n) ends in a loop. */
 int sotto_repetition_tail(const int32_t *tokens, int n, int32_t eot);
 
+/* The word-level twin, on decoded text, for loops whose copies differ in
+ * their tokens ("how much they were thinking of. How much they were
+ * thinking of. How much ..."): a phrase of SOTTO_WORD_LOOP_N words (ASCII
+ * case and punctuation ignored; words are runs of letters, digits,
+ * apostrophes and non-ASCII bytes) three times, each copy starting at most
+ * SOTTO_WORD_LOOP_GAP words after the one before. Returns 1 if found, with
+ * *second_word the index of the word that begins the second copy (the
+ * words before it are worth keeping). Looks at the first 512 words. */
+#define SOTTO_WORD_LOOP_N 4
+#define SOTTO_WORD_LOOP_GAP 16
+int sotto_repetition_find_words(const char *text, int *second_word);
+
+/* Words of text as sotto_repetition_find_words counts them. */
+int sotto_repetition_count_words(const char *text);
+
 #endif

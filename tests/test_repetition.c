@@ -5,7 +5,9 @@
  * the dev set, on which it must never fire. */
 #include "check.h"
 #include "tiny_tokenizer.h"
+#include "decoding.h"
 #include "repetition.h"
+#include "whisper.h"
 #include "tokenizer.h"
 
 #include <stdio.h>
@@ -123,6 +125,60 @@ int main(void) {
         free(kept);
     }
 
+    /* ---- the word rule: copies whose tokens differ ------------------------ */
+    {
+        const char *seen = " And Mr. John Dashwood had that feature to consider how much they were "
+                           "thinking of. How much they were thinking of. How much they were think";
+        int m = encode(tok, seen, t, 4096);
+        CHECK_MSG(!rep(t, m, &r), "the token rule now catches it (at %d): the word rule's case "
+                                  "needs another example", r.at);
+        int second = -1;
+        CHECK(sotto_repetition_find_words(seen, &second));
+        CHECK_EQ_INT(second, 15); /* "How", the second copy */
+        CHECK_EQ_INT(sotto_repetition_count_words(seen), 26);
+        for (size_t i = 0; i < sizeof loops / sizeof loops[0]; i++)
+            if (i != 1) /* one word 4 times: the token rule's (above), not 3 copies of 4 words */
+                CHECK_MSG(sotto_repetition_find_words(loops[i], NULL), "not found: %s", loops[i]);
+        CHECK(!sotto_repetition_find_words(" I think, I think, I think so.", NULL)); /* 2 words */
+        CHECK(!sotto_repetition_find_words(" Very, very, very good.", NULL));
+        CHECK(!sotto_repetition_find_words(
+            " the end of the day was near. We walked and walked along the shore for a long while "
+            "until the end of the day came, and then we rested, talked, ate and slept, all of us, "
+            "quietly, through the night until the end of the day after.", NULL)); /* far apart */
+        CHECK(!sotto_repetition_find_words("", NULL) && !sotto_repetition_find_words(NULL, NULL));
+
+        /* through the guardrails, with the real model: flagged, cut before the second copy */
+        const char *src = getenv("SOTTO_SOURCE_DIR");
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/models/tiny.en", src && *src ? src : ".");
+        sotto_model_params mp = sotto_model_default_params();
+        sotto_err err;
+        sotto_model *model = sotto_model_load(dir, &mp, &err);
+        CHECK_MSG(model != NULL, "cannot load %s: %s", dir, err.msg);
+        if (model) {
+            sotto_guard_opts go = sotto_guard_default_opts();
+            sotto_generate_result res;
+            memset(&res, 0, sizeof res);
+            res.tokens = t;
+            res.n_tokens = m;
+            res.avg_logprob = -0.2f;
+            sotto_verdict v;
+            CHECK(sotto_guard_check(model, &go, &res, 10.0, 0, &v, &err) == SOTTO_OK);
+            CHECK_MSG(v.failed & SOTTO_GUARD_REPETITION, "failed 0x%x", (unsigned)v.failed);
+            CHECK(v.rep.at > 0 && v.rep.at < m);
+            char *kept = v.rep.at > 0 ? sotto_tokenizer_decode(tok, t, (size_t)v.rep.at, NULL) : NULL;
+            CHECK_MSG(kept && strcmp(kept, " And Mr. John Dashwood had that feature to consider how "
+                                             "much they were thinking of.") == 0,
+                      "kept '%s'", kept ? kept : "");
+            free(kept);
+            /* the text before the loop alone passes */
+            res.n_tokens = v.rep.at;
+            CHECK(sotto_guard_check(model, &go, &res, 10.0, 0, &v, &err) == SOTTO_OK);
+            CHECK_MSG(!(v.failed & SOTTO_GUARD_REPETITION), "failed 0x%x", (unsigned)v.failed);
+            sotto_model_free(model);
+        }
+    }
+
     /* ---- never on real speech: every reference transcript of the dev set --- */
     const char *man = getenv("SOTTO_MANIFEST");
     char path[1024];
@@ -153,6 +209,9 @@ int main(void) {
             en++;
             CHECK_MSG(!rep(t, m, &r), "fired on the reference of %s at token %d (period %d)",
                       col[0], r.at, r.period);
+            int wsec = -1;
+            CHECK_MSG(!sotto_repetition_find_words(text, &wsec),
+                      "the word rule fired on the reference of %s at word %d", col[0], wsec);
         }
         fclose(f);
         CHECK_MSG(en >= 40, "only %d English references in %s", en, man);
