@@ -123,22 +123,28 @@ static int same_word(const char *a, int la, const char *b, int lb) {
 }
 
 int sotto_repetition_find_words(const char *text, int *second_word) {
+    int starts[3];
+    int found = sotto_repetition_find_word_copies(text, starts);
+    if (found && second_word) *second_word = starts[1];
+    return found;
+}
+
+int sotto_repetition_find_word_copies(const char *text, int starts[3]) {
     const char *w[WLOOP_MAX];
     int len[WLOOP_MAX];
     const int N = SOTTO_WORD_LOOP_N;
     int nw = text ? split_words(text, w, len, WLOOP_MAX) : 0;
     for (int i = 0; i + N <= nw; i++) {
-        int copies = 1, last = i, second = -1;
+        int copies = 1, last = i, at[3] = {i, -1, -1};
         for (int j = i + 1; j + N <= nw && j - last <= SOTTO_WORD_LOOP_GAP && copies < 3; j++) {
             int k = 0;
             while (k < N && same_word(w[i + k], len[i + k], w[j + k], len[j + k])) k++;
             if (k < N) continue;
-            if (copies == 1) second = j;
-            copies++;
+            at[copies++] = j;
             last = j;
         }
         if (copies >= 3) {
-            if (second_word) *second_word = second;
+            for (int c = 0; c < 3; c++) starts[c] = at[c];
             return 1;
         }
     }

@@ -50,6 +50,8 @@ int sotto_repetition_tail(const int32_t *tokens, int n, int32_t eot);
 #define SOTTO_WORD_LOOP_N 4
 #define SOTTO_WORD_LOOP_GAP 16
 int sotto_repetition_find_words(const char *text, int *second_word);
+/* The same, with the word indices where the three copies begin. */
+int sotto_repetition_find_word_copies(const char *text, int starts[3]);
 
 /* Words of text as sotto_repetition_find_words counts them. */
 int sotto_repetition_count_words(const char *text);

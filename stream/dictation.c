@@ -577,12 +577,58 @@ static int loop_filter(sotto_dictation *d, const int32_t *t, int n, int final, i
     return m;
 }
 
+/* The word rule (repetition.h: copies whose tokens differ, e.g. in a
+ * capital, or assembled across passes) over the committed text followed by
+ * t[0..n): n if that holds no loop, else how many of t's tokens come before
+ * the first copy that begins in t (the earlier copy is kept). */
+static int word_loop_free(const sotto_dictation *d, const int32_t *t, int n) {
+    int32_t all[2 * SOTTO_AGREEMENT_MAX_TOKENS];
+    const int k = d->n_committed;
+    memcpy(all, d->committed, sizeof(int32_t) * (size_t)k);
+    for (int round = 0; round < 8 && n > 0; round++) {
+        memcpy(all + k, t, sizeof(int32_t) * (size_t)n);
+        char *s = text_of(d, all, k + n);
+        int starts[3], found = sotto_repetition_find_word_copies(s, starts);
+        free(s);
+        if (!found) return n;
+        char *c = text_of(d, all, k);
+        const int wc = sotto_repetition_count_words(c);
+        free(c);
+        int cut_word = -1;
+        for (int i = 1; i < 3 && cut_word < 0; i++)
+            if (starts[i] >= wc) cut_word = starts[i];
+        if (cut_word < 0) return 0;
+        /* the token of t that begins cut_word: the shortest prefix with more words */
+        int cut = n;
+        for (int j = 1; j <= n; j++) {
+            char *p = text_of(d, all, k + j);
+            int words = sotto_repetition_count_words(p);
+            free(p);
+            if (words > cut_word) {
+                cut = j - 1;
+                break;
+            }
+        }
+        if (cut >= n) cut = n - 1; /* never stall */
+        n = cut;
+    }
+    return n;
+}
+
 /* Adds the loop-free part of t[0..n) to the committed text and tells the
  * client. */
 static void commit(sotto_dictation *d, const int32_t *in, int n, int final) {
     int32_t t[SOTTO_AGREEMENT_MAX_TOKENS];
     if (n > SOTTO_AGREEMENT_MAX_TOKENS) n = SOTTO_AGREEMENT_MAX_TOKENS;
     n = loop_filter(d, in, n, final, t);
+    /* the word rule over the committed text and the new tokens: commit the
+       longest part that does not complete a loop (the token rule above
+       misses copies that differ in a token, and loops assembled across passes) */
+    if (n > 0) {
+        int m = word_loop_free(d, t, n);
+        if (m < n) d->st.loops_cut++;
+        n = m;
+    }
     if (n <= 0) return;
     if (d->n_committed + n > SOTTO_AGREEMENT_MAX_TOKENS) n = SOTTO_AGREEMENT_MAX_TOKENS - d->n_committed;
     char *before = text_of(d, d->committed, d->n_committed);

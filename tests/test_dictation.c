@@ -6,6 +6,7 @@
 #include "check.h"
 #include "tiny_tokenizer.h"
 #include "dictation.h"
+#include "repetition.h"
 #include "tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -441,6 +442,42 @@ int main(void) {
         /* an ordinary final is carried: here as the lead's forced text (below), not
            again in the prompt */
         CHECK(ps && ps->n_prefix == 1 && ps->prefix[0] == HELLO && ps->n_context == 0);
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
+    /* ---- the word rule: a loop assembled across passes, copies in capitals */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        CHECK(d != NULL);
+        int32_t a[64], b[64];
+        size_t na = 0, nb = 0;
+        const char *ta = " And so he asked how much they were thinking of.";
+        const char *tb = " How much they were thinking of. How much they were thinking of. Then";
+        CHECK(sotto_tokenizer_encode(tok, ta, strlen(ta), a, 64, &na, &err) == SOTTO_OK);
+        CHECK(sotto_tokenizer_encode(tok, tb, strlen(tb), b, 64, &nb, &err) == SOTTO_OK);
+        push(d, 1.0f, 0, &seed);
+        for (int i = 0; i < 2; i++) { /* two partial passes agree on ta */
+            push(d, 1.1f, 1, &seed);
+            const sotto_pass *ps = sotto_dictation_take_pass(d);
+            CHECK(ps && sotto_dictation_complete_pass(d, ps->id, a, (int)na) == SOTTO_OK);
+        }
+        CHECK_MSG(!strcmp(str(last(&ev, "commit"), "committed"), ta), "committed '%s'",
+                  str(last(&ev, "commit"), "committed"));
+        push(d, 1.6f, 0, &seed);
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final);
+        CHECK(sotto_dictation_complete_pass(d, ps->id, b, (int)nb) == SOTTO_OK);
+        const char *fin = str(last(&ev, "final"), "text");
+        /* the token rule alone would keep all of it: " How" differs from " how" */
+        CHECK_MSG(fin && !sotto_repetition_find_words(fin, NULL), "final '%s'", fin ? fin : "");
+        /* cut where the second copy begins: the committed copy is the one kept */
+        CHECK_MSG(fin && !strcmp(fin, ta), "final '%s'", fin ? fin : "");
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(d, &st);
+        CHECK(st.loops_cut >= 1);
         sotto_dictation_free(d);
         events_clear(&ev);
     }
