@@ -621,9 +621,10 @@ static void commit(sotto_dictation *d, const int32_t *in, int n, int final) {
     int32_t t[SOTTO_AGREEMENT_MAX_TOKENS];
     if (n > SOTTO_AGREEMENT_MAX_TOKENS) n = SOTTO_AGREEMENT_MAX_TOKENS;
     n = loop_filter(d, in, n, final, t);
-    /* the word rule over the committed text and the new tokens: commit the
-       longest part that does not complete a loop (the token rule above
-       misses copies that differ in a token, and loops assembled across passes) */
+    /* the word rule over the committed text and the new tokens: commit what
+       comes before the first loop copy that begins in them (the token rule
+       above misses copies that differ in a token, and loops assembled across
+       passes) */
     if (n > 0) {
         int m = word_loop_free(d, t, n);
         if (m < n) d->st.loops_cut++;
