@@ -87,6 +87,7 @@ int main(int argc, char **argv) {
     }
     pthread_mutex_init(&s.lock, NULL);
     pthread_cond_init(&s.work, NULL);
+    pthread_cond_init(&s.model_cv, NULL);
     build_models(&s);
     g_server = &s;
     struct sigaction sa;

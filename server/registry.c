@@ -38,12 +38,30 @@ static void unload(srv *s, srv_model *sm) {
     (void)s;
 }
 
+static int load_variant(srv *s, srv_model *sm, sotto_err *err);
+
 int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err) {
     pthread_mutex_lock(&s->lock);
     sm->last_used = srv_now();
-    int have = sm->model != NULL;
+    /* one load at a time per variant: the worker and batch jobs may ask for
+       the same variant at once, and a check-then-load would load it twice */
+    while (sm->loading && !sm->model) pthread_cond_wait(&s->model_cv, &s->lock);
+    if (sm->model) {
+        pthread_mutex_unlock(&s->lock);
+        return SOTTO_OK;
+    }
+    sm->loading = 1;
     pthread_mutex_unlock(&s->lock);
-    if (have) return SOTTO_OK;
+    int rc = load_variant(s, sm, err);
+    pthread_mutex_lock(&s->lock);
+    sm->loading = 0;
+    pthread_cond_broadcast(&s->model_cv);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* The load itself; sm->loading is set by the caller, so no other thread loads sm. */
+static int load_variant(srv *s, srv_model *sm, sotto_err *err) {
     double t0 = srv_now();
     sotto_model_params p = sotto_model_default_params();
     p.weights = sm->weights;

@@ -81,6 +81,7 @@ typedef struct srv_model {
     const char *dir;
     sotto_wfmt weights;
     sotto_model *model;     /* NULL while not loaded (srv->lock) */
+    int loading;            /* a thread is loading it; others wait on srv->model_cv (srv->lock) */
     int refs;               /* sessions using it (srv->lock) */
     double last_used;       /* monotonic seconds */
     size_t bytes;
@@ -217,6 +218,7 @@ struct srv {
     struct lws_context *ctx;
     pthread_mutex_t lock;
     pthread_cond_t work;      /* the worker waits on it */
+    pthread_cond_t model_cv;  /* a variant finished loading (srv_model.loading) */
     srv_session *sessions;
     int n_sessions;
     uint64_t next_id;
@@ -301,7 +303,9 @@ void srv_secret_closed(srv_secret_req **req);
 
 /* models (registry.c) */
 srv_model *srv_model_find(srv *s, const char *name, sotto_wfmt w);
-int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err); /* worker thread: loads if needed */
+/* Loads the variant if it is not loaded. Any thread: a second caller while a
+ * load is in progress waits for it instead of loading a second copy. */
+int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err);
 void srv_model_release(srv *s, srv_model *sm);
 void srv_models_unload_idle(srv *s);
 
