@@ -376,6 +376,12 @@ void sotto_dictation_flush(sotto_dictation *d, int end_of_stream) {
 
 /* ---- passes ------------------------------------------------------------------ */
 
+void sotto_dictation_set_step_ms(sotto_dictation *d, int step_ms) {
+    d->p.step_ms = step_ms < 100 ? 100 : step_ms > 10000 ? 10000 : step_ms;
+}
+
+int sotto_dictation_step_ms(const sotto_dictation *d) { return d->p.step_ms; }
+
 int sotto_dictation_pass_due(const sotto_dictation *d) {
     if (d->in_flight) return 0;
     if (d->n_closed) return 1;

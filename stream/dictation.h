@@ -114,6 +114,12 @@ int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n);
  * its last pass is final. end_of_stream: no more audio will come. */
 void sotto_dictation_flush(sotto_dictation *d, int end_of_stream);
 
+/* Changes the step (the overload policy stretches it; see scheduler.h):
+ * from the next pass on, partial passes come after step_ms of new audio,
+ * clamped to 100..10000. Final passes are due at once, whatever the step. */
+void sotto_dictation_set_step_ms(sotto_dictation *d, int step_ms);
+int sotto_dictation_step_ms(const sotto_dictation *d);
+
 /* 1 if a pass is due and none is in flight. */
 int sotto_dictation_pass_due(const sotto_dictation *d);
 

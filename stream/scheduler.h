@@ -1,0 +1,83 @@
+/* scheduler.h - the streaming worker's policy, kept apart from the engine
+ * and the server so that it can be tested with a fake engine
+ * (tests/test_scheduler.c):
+ *
+ *   - which due passes run next: the oldest due pass first, and with it the
+ *     other due passes of its weight variant, oldest first, up to the batch
+ *     size (one batch is one variant: its decoder steps run together).
+ *     Since the oldest pass always goes next, no session and no variant
+ *     starves; a tie goes to a variant other than the last batch's, so that
+ *     variants take turns;
+ *   - the overload policy: when passes wait longer than the step, every
+ *     session's step grows (partials come less often: latency) before
+ *     anything else gives; when the step is at its largest and passes still
+ *     wait, new sessions are not admitted (the server answers `overloaded`)
+ *     until the waits shrink again.
+ *
+ * Pure: no threads, no clock of its own, no allocation. The caller passes
+ * the times; one srv_load per worker, guarded by the caller.
+ */
+#ifndef SOTTO_SCHEDULER_H
+#define SOTTO_SCHEDULER_H
+
+/* A session with a pass due. */
+typedef struct sotto_sched_cand {
+    const void *variant; /* candidates with the same variant may share a batch */
+    double due_since;    /* when its pass became due (the caller's clock, s) */
+} sotto_sched_cand;
+
+/* Chooses the next batch from n candidates: writes their indices to out
+ * (oldest due first) and returns how many (0 if n is 0). last_variant is
+ * the previous batch's variant (NULL for none): it loses ties. */
+int sotto_sched_pick(const sotto_sched_cand *c, int n, int max_batch, const void *last_variant,
+                     int *out);
+
+/* Waits are judged against the step: the thresholds are for a scale of 1
+ * and grow with the scale (a pass that waits longer than its step has lost
+ * the cadence; with a longer step, a longer wait is the same lag). */
+typedef struct sotto_load_params {
+    double high_wait_s;   /* behind: a pass waited longer than this (default 1.0) */
+    double reopen_wait_s; /* admission reopens when none waited longer (default 0.5) */
+    double low_wait_s;    /* the step may shrink when none waited longer (default 0.25) ... */
+    double shrink_busy;   /* ... and the worker's busy share, times grow, stays below
+                             this (the shorter step's projected load; default 0.9) */
+    double hold_s;        /* decisions are made over windows this long (default 2.0) */
+    double grow;          /* the step scale's factor per change (default 1.5) */
+    double max_scale;     /* largest step scale (default 4.0) */
+} sotto_load_params;
+
+sotto_load_params sotto_load_default_params(void);
+
+typedef struct sotto_load {
+    sotto_load_params p;
+    double scale;        /* every session's step is its own times this (1 .. max_scale) */
+    int admit;           /* 1: new sessions are admitted */
+    double window_start; /* the current decision window began (s; < 0: none yet) */
+    double worst_wait;   /* largest wait seen in it */
+    double busy;         /* seconds the worker ran batches in it */
+    double last_wait, last_busy_share; /* of the last decided window, for metrics */
+    unsigned long long grows, shrinks, closes; /* counters, for metrics */
+} sotto_load;
+
+void sotto_load_init(sotto_load *l, const sotto_load_params *p); /* p NULL: defaults */
+
+/* A batch was taken at time now; its oldest pass had waited wait_s since
+ * it was due. Once a window of hold_s has passed, its largest wait
+ * decides (thresholds times the scale): above high_wait_s the scale grows
+ * (at its maximum, admission closes instead); at most reopen_wait_s
+ * reopens admission; at most low_wait_s, admission open and a busy share
+ * that the shorter step would keep under shrink_busy, the scale shrinks
+ * back towards 1. Returns 1 if scale or admit changed. */
+int sotto_load_on_batch(sotto_load *l, double wait_s, double now);
+
+/* Nothing is due at time now (the worker is idle): admission reopens at
+ * once, and the window sees a wait of 0. */
+int sotto_load_on_idle(sotto_load *l, double now);
+
+/* The worker spent seconds running a batch (counts in the current window). */
+void sotto_load_busy(sotto_load *l, double seconds);
+
+/* A session's step under the current scale, within [base_ms, max_ms]. */
+int sotto_load_step_ms(const sotto_load *l, int base_ms, int max_ms);
+
+#endif

@@ -1,0 +1,341 @@
+/* test_scheduler.c - the streaming worker's policy (stream/scheduler.h)
+ * with a fake engine: sessions whose passes become due a step after their
+ * last one was taken, and batches whose cost is scripted (a per-batch and
+ * a per-pass cost, as the encoder and the batched decoder steps). Checks
+ * the batch choice (oldest first, one variant, bounded, ties rotate),
+ * fairness and no starvation under overload (against the old
+ * newest-first rule, which starves), and the overload policy: the step
+ * grows first, admission closes only at the largest step, reopens and
+ * the step shrinks back once the load goes. */
+#include "check.h"
+#include "scheduler.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the batch choice -------------------------------------------------------- */
+
+static void test_pick(void) {
+    int A = 0, B = 0; /* two variants: their addresses */
+    int out[16];
+    CHECK_EQ_INT(sotto_sched_pick(NULL, 0, 8, NULL, out), 0);
+
+    /* oldest first, its variant only, sorted by age */
+    sotto_sched_cand c[6] = {{&A, 5.0}, {&B, 1.0}, {&A, 3.0}, {&B, 4.0}, {&A, 0.5}, {&B, 2.0}};
+    int n = sotto_sched_pick(c, 6, 8, NULL, out);
+    CHECK_EQ_INT(n, 3);
+    CHECK_EQ_INT(out[0], 4);
+    CHECK_EQ_INT(out[1], 2);
+    CHECK_EQ_INT(out[2], 0);
+
+    /* bounded by max_batch: the oldest ones of the variant stay */
+    n = sotto_sched_pick(c, 6, 2, NULL, out);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(out[0], 4);
+    CHECK_EQ_INT(out[1], 2);
+    n = sotto_sched_pick(c, 6, 1, NULL, out);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(out[0], 4);
+
+    /* B's pass is the oldest once A's are gone */
+    n = sotto_sched_pick(c, 4, 8, NULL, out);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(out[0], 1);
+    CHECK_EQ_INT(out[1], 3);
+
+    /* a tie goes to the other variant than the last batch's */
+    sotto_sched_cand t[4] = {{&A, 1.0}, {&A, 1.0}, {&B, 1.0}, {&B, 2.0}};
+    n = sotto_sched_pick(t, 4, 8, &A, out);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(out[0], 2);
+    n = sotto_sched_pick(t, 4, 8, &B, out);
+    CHECK_EQ_INT(n, 2);
+    CHECK(t[out[0]].variant == &A && t[out[1]].variant == &A);
+
+    /* a long list in reverse age order comes out sorted */
+    sotto_sched_cand r[40];
+    for (int i = 0; i < 40; i++) r[i] = (sotto_sched_cand){&A, 100.0 - i};
+    n = sotto_sched_pick(r, 40, 16, NULL, out);
+    CHECK_EQ_INT(n, 16);
+    int sorted = 1;
+    for (int i = 0; i < n; i++) sorted &= out[i] == 39 - i;
+    CHECK(sorted);
+}
+
+/* ---- a fake engine ------------------------------------------------------------ */
+
+#define MAX_S 32
+
+typedef struct sim_params {
+    int sessions;
+    int variants;        /* session i uses variant i % variants */
+    double per_batch_s;  /* scripted cost of a batch */
+    double per_pass_s;   /* ... plus this per pass in it */
+    int max_batch;
+    int base_step_ms;
+    double seconds;      /* simulated time */
+    int old_policy;      /* the old rule: the first max_batch due sessions of the newest-first
+                            list, all on the first one's variant; no overload policy */
+    int end_at;          /* sessions from keep on end at this second (0: never) */
+    int keep;
+    const sotto_load_params *lp;
+} sim_params;
+
+typedef struct sim_result {
+    int passes[MAX_S];
+    double max_wait[MAX_S];     /* longest a session's pass waited */
+    double max_wait_tail;       /* ... over the last quarter of the run */
+    double max_scale;
+    double scale_when_closed;   /* the scale when admission first closed (0: never) */
+    int closed_ever, open_at_end;
+    double final_scale;
+    int batches, variant_switches, mixed_batches, oversized_batches;
+} sim_result;
+
+static void simulate(const sim_params *p, sim_result *r) {
+    memset(r, 0, sizeof *r);
+    int variant_tag[MAX_S];
+    double due[MAX_S];
+    int alive[MAX_S];
+    for (int i = 0; i < p->sessions; i++) {
+        variant_tag[i] = i % p->variants;
+        due[i] = 0.05 * i; /* staggered starts */
+        alive[i] = 1;
+    }
+    sotto_load l;
+    sotto_load_init(&l, p->lp);
+    const void *last = NULL;
+    double now = 0;
+    r->max_scale = 1;
+    while (now < p->seconds) {
+        if (p->end_at && now >= p->end_at)
+            for (int i = p->keep; i < p->sessions; i++) alive[i] = 0;
+        sotto_sched_cand c[MAX_S];
+        int idx[MAX_S], n = 0;
+        double next = 1e30;
+        for (int i = 0; i < p->sessions; i++) {
+            if (!alive[i]) continue;
+            if (due[i] <= now) {
+                c[n] = (sotto_sched_cand){&variant_tag[i], due[i]};
+                idx[n++] = i;
+            } else if (due[i] < next) {
+                next = due[i];
+            }
+        }
+        if (!n) { /* idle until the next pass is due */
+            now = next < p->seconds ? next : p->seconds;
+            if (!p->old_policy) sotto_load_on_idle(&l, now);
+            continue;
+        }
+        int out[MAX_S], k;
+        if (p->old_policy) {
+            /* newest first: the highest index is the newest session */
+            k = 0;
+            const void *v = NULL;
+            for (int j = n - 1; j >= 0 && k < p->max_batch; j--) {
+                if (v && c[j].variant != v) continue;
+                v = c[j].variant;
+                out[k++] = j;
+            }
+        } else {
+            k = sotto_sched_pick(c, n, p->max_batch, last, out);
+        }
+        r->batches++;
+        if (k > p->max_batch) r->oversized_batches++;
+        const void *v = c[out[0]].variant;
+        for (int j = 1; j < k; j++) r->mixed_batches += c[out[j]].variant != v;
+        if (last && v != last) r->variant_switches++;
+        last = v;
+        double oldest = 0;
+        for (int j = 0; j < k; j++) {
+            double w = now - c[out[j]].due_since;
+            if (w > oldest) oldest = w;
+        }
+        if (!p->old_policy) {
+            int was_open = l.admit;
+            sotto_load_on_batch(&l, oldest, now);
+            if (was_open && !l.admit && !r->closed_ever) {
+                r->closed_ever = 1;
+                r->scale_when_closed = l.scale;
+            }
+            if (l.scale > r->max_scale) r->max_scale = l.scale;
+        }
+        int step_ms = p->old_policy ? p->base_step_ms : sotto_load_step_ms(&l, p->base_step_ms, 10000);
+        for (int j = 0; j < k; j++) {
+            int i = idx[out[j]];
+            double w = now - due[i];
+            r->passes[i]++;
+            if (w > r->max_wait[i]) r->max_wait[i] = w;
+            if (now > 0.75 * p->seconds && w > r->max_wait_tail) r->max_wait_tail = w;
+            /* the next pass: a step of new audio after this one's end */
+            due[i] = now + step_ms / 1000.0;
+        }
+        double cost = p->per_batch_s + p->per_pass_s * k;
+        if (!p->old_policy) sotto_load_busy(&l, cost);
+        now += cost;
+    }
+    r->open_at_end = l.admit;
+    r->final_scale = l.scale;
+}
+
+static int min_passes(const sim_result *r, int from, int to) {
+    int m = 1 << 30;
+    for (int i = from; i < to; i++) m = r->passes[i] < m ? r->passes[i] : m;
+    return m;
+}
+
+static int max_passes(const sim_result *r, int from, int to) {
+    int m = 0;
+    for (int i = from; i < to; i++) m = r->passes[i] > m ? r->passes[i] : m;
+    return m;
+}
+
+static double worst_wait(const sim_result *r, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m = r->max_wait[i] > m ? r->max_wait[i] : m;
+    return m;
+}
+
+/* Light load: nothing changes, passes wait less than a step. */
+static void test_light(void) {
+    sim_params p = {.sessions = 4, .variants = 2, .per_batch_s = 0.05, .per_pass_s = 0.05,
+                    .max_batch = 8, .base_step_ms = 1000, .seconds = 120};
+    sim_result r;
+    simulate(&p, &r);
+    CHECK_NEAR(r.max_scale, 1.0, 1e-9);
+    CHECK(!r.closed_ever);
+    CHECK_MSG(worst_wait(&r, 4) < 0.5, "worst wait %.2f s", worst_wait(&r, 4));
+    CHECK(min_passes(&r, 0, 4) >= 100);
+    CHECK_EQ_INT(r.mixed_batches, 0);
+}
+
+/* Overload that a longer step absorbs: 16 sessions on two variants, a pass
+ * costs 0.15 s (with a 0.1 s batch overhead), batches of 4: at a 1 s step
+ * the demand is about 2.8 s of work per second. The old rule starves the
+ * oldest sessions; the new one serves everyone about equally, and the step
+ * grows until the waits are bounded, without closing admission. */
+static void test_overload_absorbed(void) {
+    sotto_load_params lp = sotto_load_default_params();
+    sim_params p = {.sessions = 16, .variants = 2, .per_batch_s = 0.1, .per_pass_s = 0.15,
+                    .max_batch = 4, .base_step_ms = 1000, .seconds = 300, .lp = &lp};
+    sim_result old, r;
+    p.old_policy = 1;
+    simulate(&p, &old);
+    p.old_policy = 0;
+    simulate(&p, &r);
+    printf("absorbed: passes per session %d..%d (old rule %d..%d), step scale up to %.2f, "
+           "longest wait %.2f s (last quarter %.2f s), %d batches, %d variant switches\n",
+           min_passes(&r, 0, 16), max_passes(&r, 0, 16), min_passes(&old, 0, 16),
+           max_passes(&old, 0, 16), r.max_scale, worst_wait(&r, 16), r.max_wait_tail, r.batches,
+           r.variant_switches);
+    /* the scenario is an overload: the old rule leaves some session (nearly) unserved */
+    CHECK_MSG(min_passes(&old, 0, 16) * 4 < max_passes(&old, 0, 16), "old rule: min %d, max %d",
+              min_passes(&old, 0, 16), max_passes(&old, 0, 16));
+    /* fairness: every session within 20% of the busiest */
+    CHECK_MSG(min_passes(&r, 0, 16) * 10 >= max_passes(&r, 0, 16) * 8, "min %d, max %d",
+              min_passes(&r, 0, 16), max_passes(&r, 0, 16));
+    CHECK(min_passes(&r, 0, 16) > 20);
+    /* latency gave: the step grew, admission stayed open */
+    CHECK(r.max_scale > 1.0);
+    CHECK(!r.closed_ever);
+    /* and the waits are bounded once it settled */
+    CHECK_MSG(r.max_wait_tail <= lp.high_wait_s * 2, "tail wait %.2f s", r.max_wait_tail);
+    /* batches: one variant each, within the bound, and the variants take turns */
+    CHECK_EQ_INT(r.mixed_batches, 0);
+    CHECK_EQ_INT(r.oversized_batches, 0);
+    CHECK_MSG(r.variant_switches * 3 >= r.batches, "%d switches in %d batches", r.variant_switches,
+              r.batches);
+}
+
+/* Overload beyond what the largest step absorbs (24 sessions at 0.375 s a
+ * pass: 9 s of work per 4 s step): the step reaches its maximum first,
+ * then admission closes; when all but 6 sessions end, admission reopens
+ * and the step shrinks back. */
+static void test_overload_admission(void) {
+    sotto_load_params lp = sotto_load_default_params();
+    sim_params p = {.sessions = 24, .variants = 3, .per_batch_s = 0.1, .per_pass_s = 0.35,
+                    .max_batch = 4, .base_step_ms = 1000, .seconds = 400, .end_at = 200, .keep = 6,
+                    .lp = &lp};
+    sim_result r;
+    simulate(&p, &r);
+    printf("admission: closed at scale %.2f, passes per ended session %d..%d, at the end: "
+           "admission %s, scale %.2f\n",
+           r.scale_when_closed, min_passes(&r, 6, 24), max_passes(&r, 6, 24),
+           r.open_at_end ? "open" : "closed", r.final_scale);
+    CHECK(r.closed_ever);
+    CHECK_NEAR(r.scale_when_closed, lp.max_scale, 1e-9);
+    CHECK_NEAR(r.max_scale, lp.max_scale, 1e-9);
+    /* no starvation even now: the ended sessions were served like the others */
+    CHECK_MSG(min_passes(&r, 6, 24) * 10 >= max_passes(&r, 6, 24) * 8, "min %d, max %d",
+              min_passes(&r, 6, 24), max_passes(&r, 6, 24));
+    CHECK(min_passes(&r, 6, 24) > 10);
+    /* after the load went (6 sessions: 2.25 s of work per 4 s step) */
+    CHECK(r.open_at_end);
+    CHECK_MSG(r.final_scale < lp.max_scale, "final scale %.2f", r.final_scale);
+}
+
+/* The controller alone: decisions per window, growth bounded, shrinking
+ * back to exactly 1, and the step in its range. */
+static void test_controller(void) {
+    sotto_load l;
+    sotto_load_init(&l, NULL);
+    CHECK_NEAR(l.scale, 1.0, 0);
+    CHECK(l.admit);
+    double t = 0;
+    /* waits within one window decide together: one change per window */
+    CHECK_EQ_INT(sotto_load_on_batch(&l, 5.0, t), 0);
+    CHECK_EQ_INT(sotto_load_on_batch(&l, 0.0, t + 1.0), 0);
+    CHECK_EQ_INT(sotto_load_on_batch(&l, 0.0, t + 2.0), 1); /* the 5 s wait counts */
+    CHECK_NEAR(l.scale, 1.5, 1e-9);
+    t = 2.0;
+    int closes_at = 0;
+    for (int w = 1; w <= 10; w++) {
+        t += 2.0;
+        sotto_load_on_batch(&l, 10.0, t); /* behind at any scale (4 s at the largest) */
+        if (!l.admit && !closes_at) closes_at = w;
+        CHECK(l.scale <= l.p.max_scale);
+        CHECK(l.admit || l.scale == l.p.max_scale); /* closed only at the largest step */
+    }
+    CHECK(closes_at > 0);
+    CHECK_EQ_INT(sotto_load_step_ms(&l, 1000, 10000), 4000);
+    CHECK_EQ_INT(sotto_load_step_ms(&l, 3000, 10000), 10000);
+    /* thresholds times the scale (4): a 3 s wait neither grows, reopens nor shrinks */
+    t += 2.0;
+    sotto_load_on_batch(&l, 3.0, t);
+    CHECK(!l.admit);
+    CHECK_NEAR(l.scale, l.p.max_scale, 1e-9);
+    /* reopens first (1.5 s <= 2 s), then shrinks back to 1 */
+    t += 2.0;
+    sotto_load_on_batch(&l, 1.5, t);
+    CHECK(l.admit);
+    CHECK_NEAR(l.scale, l.p.max_scale, 1e-9);
+    /* a busy worker does not shrink the step even with short waits */
+    t += 2.0;
+    sotto_load_busy(&l, 1.8);
+    sotto_load_on_batch(&l, 0.1, t);
+    CHECK_NEAR(l.scale, l.p.max_scale, 1e-9);
+    for (int w = 0; w < 10; w++) {
+        t += 2.0;
+        sotto_load_on_idle(&l, t);
+    }
+    CHECK_NEAR(l.scale, 1.0, 0);
+    CHECK_EQ_INT(sotto_load_step_ms(&l, 1000, 10000), 1000);
+    CHECK(l.grows >= 3 && l.shrinks >= 3 && l.closes == 1);
+    /* an idle worker admits at once, mid-window */
+    for (int w = 0; w < 8; w++) {
+        t += 2.0;
+        sotto_load_on_batch(&l, 10.0, t);
+    }
+    CHECK(!l.admit);
+    CHECK_EQ_INT(sotto_load_on_idle(&l, t + 0.1), 1);
+    CHECK(l.admit);
+}
+
+int main(void) {
+    test_pick();
+    test_controller();
+    test_light();
+    test_overload_absorbed();
+    test_overload_admission();
+    return check_report();
+}
