@@ -143,6 +143,18 @@ char *srv_metrics_render(srv *s, size_t *len) {
     counter(&o, "sotto_passes_fallback_total",
             "final passes that failed the guardrails and were decoded again at higher temperatures",
             atomic_load(&m->fallback_passes));
+    gauge(&o, "sotto_step_scale",
+          "the overload policy: every session's step is its own times this (1: not behind)",
+          atomic_load(&m->step_scale_pm) / 1000.0);
+    gauge(&o, "sotto_overloaded", "1 while new sessions are refused because the worker is behind",
+          atomic_load(&s->overloaded));
+    counter(&o, "sotto_step_grows_total", "times the overload policy stretched the step",
+            atomic_load(&m->step_grows));
+    counter(&o, "sotto_admission_closes_total", "times the overload policy stopped admitting sessions",
+            atomic_load(&m->admission_closes));
+    counter(&o, "sotto_sessions_refused_overload_total", "sessions refused while overloaded",
+            atomic_load(&m->sessions_refused_overload));
+    counter(&o, "sotto_model_loads_total", "weight variants loaded", atomic_load(&m->model_loads));
     hist(&o, "sotto_pass_queue_seconds", "time a due pass waited for the worker", &m->pass_queue);
     hist(&o, "sotto_encode_seconds", "log-mel + encoder per pass", &m->encode);
     hist(&o, "sotto_decode_seconds", "decoder per batch of passes", &m->decode);

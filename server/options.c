@@ -43,6 +43,9 @@ static void usage(FILE *f) {
             "  --device D             cpu | auto | cuda: where models run (default cpu; auto\n"
             "                         uses a GPU when one is usable, else the CPU)\n"
             "  --max-batch N          sessions decoded together (default 8)\n"
+            "  --overload-wait-ms MS  a due pass that waits longer (times the step scale) means\n"
+            "                         the worker is behind: every session's step grows, up to\n"
+            "                         4x, then new sessions get `overloaded` (default 1000)\n"
             "  --web DIR              static files served at / (default: the repository's web/)\n"
             "  --tls-cert FILE --tls-key FILE   serve https/wss\n"
             "  --api-key KEY          a key every endpoint but /healthz, /metrics, /v1/info and feed\n"
@@ -78,6 +81,7 @@ void srv_options_default(srv_options *o) {
     o->drain_s = 30;
     o->max_frame_bytes = 1 << 20;
     o->max_batch = 8;
+    o->overload_wait_ms = 1000;
     o->vad_kind = SOTTO_VAD_SILERO;
     o->max_upload_mb = 25;
     o->max_upload_s = 3600;
@@ -165,6 +169,7 @@ static int set(srv_options *o, const char *key, const char *val) {
     NUM("max-frame-bytes", max_frame_bytes, 1024, 1 << 30)
     NUM("threads", threads, 0, 1024)
     NUM("max-batch", max_batch, 1, 16)
+    NUM("overload-wait-ms", overload_wait_ms, 20, 600000)
     NUM("max-upload-mb", max_upload_mb, 0.01, 2000)
     NUM("max-upload-s", max_upload_s, 1, 86400)
     NUM("batch-queue", batch_queue, 1, 1000)
@@ -278,7 +283,8 @@ static int load_config(srv_options *o, const char *path) {
 static const char *const k_keys[] = {
     "port", "memory-budget-mb", "max-sessions", "max-connections", "max-connections-per-ip",
     "max-detached", "start-timeout-s", "idle-timeout-s", "max-buffer-s", "resume-grace-s",
-    "idle-unload-s", "drain-s", "max-frame-bytes", "threads", "max-batch", "max-upload-mb",
+    "idle-unload-s", "drain-s", "max-frame-bytes", "threads", "max-batch", "overload-wait-ms",
+    "max-upload-mb",
     "max-upload-s", "batch-queue", "batch-threads", "host", "model", "weights",
     "default-weights", "device", "web", "tls-cert", "tls-key", "api-key", "api-keys-file", "vad",
     "vad-model", "log-level", "config"};

@@ -1,6 +1,6 @@
-/* registry.c - model variants: loaded on demand by the worker within the
- * memory budget, shared by every session that uses them, unloaded when
- * idle. */
+/* registry.c - model variants: loaded on demand (by the loader thread for
+ * sessions, by the upload thread for uploads) within the memory budget,
+ * shared by every session that uses them, unloaded when idle. */
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
 
@@ -56,6 +56,7 @@ int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err) {
     pthread_mutex_lock(&s->lock);
     sm->loading = 0;
     pthread_cond_broadcast(&s->model_cv);
+    pthread_cond_signal(&s->work); /* sessions waiting for it can be initialized */
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -105,6 +106,7 @@ static int load_variant(srv *s, srv_model *sm, sotto_err *err) {
     sotto_model_policy_string(m, sm->policy, sizeof sm->policy);
     sm->last_used = srv_now();
     pthread_mutex_unlock(&s->lock);
+    atomic_fetch_add(&s->m.model_loads, 1);
     SOTTO_INFO("loaded %s (%s): %.1f MB of weights in %.2f s", sm->name, sotto_wfmt_name(sm->weights),
                bytes / 1e6, srv_now() - t0);
     return SOTTO_OK;

@@ -3,9 +3,15 @@
  * Threads:
  *   - the libwebsockets service thread (main): every socket, JSON parsing,
  *     audio decoding, VAD; it never runs the model;
- *   - one inference worker (worker.c): model loading, encoder passes and
- *     batched decoder steps; it never touches sockets. It appends events to
- *     session queues and wakes the service thread with lws_cancel_service().
+ *   - one inference worker (worker.c): encoder passes and batched decoder
+ *     steps, scheduled oldest-due-first per weight variant under the
+ *     overload policy of stream/scheduler.h; it never touches sockets. It
+ *     appends events to session queues and wakes the service thread with
+ *     lws_cancel_service();
+ *   - one model loader (worker.c): loads the variants that starting
+ *     sessions ask for, so that a load does not pause the sessions being
+ *     served; the worker initializes a session once its variant is loaded;
+ *   - the upload transcriber (batch.c).
  * Locks: srv->lock guards the session table and the worker's queue;
  * each session's lock guards its dictation state and event queue. Order:
  * srv->lock before a session's lock, never the reverse.
@@ -15,6 +21,7 @@
 
 #include "audio_in.h"
 #include "dictation.h"
+#include "scheduler.h"
 #include "linear.h"
 #include "silero.h"
 #include "transcribe.h"
@@ -55,6 +62,7 @@ typedef struct srv_options {
     int max_frame_bytes;      /* largest websocket message accepted */
     int threads;
     int max_batch;            /* sessions decoded together */
+    double overload_wait_ms;  /* the overload policy: a pass that waited longer is behind */
     char web_dir[1024];
     char tls_cert[1024], tls_key[1024];
     char *api_keys[SRV_MAX_API_KEYS]; /* every endpoint but health, metrics, info, viewers; none = open */
@@ -110,6 +118,10 @@ typedef struct srv_metrics {
     _Atomic uint64_t feed_viewers_total, feed_viewers_dropped;
     _Atomic uint64_t connections_rejected, auth_failures, timeouts, sessions_evicted, tokens_issued;
     _Atomic int connections; /* WebSocket connections open now */
+    /* the overload policy (worker.c, stream/scheduler.h) */
+    _Atomic int step_scale_pm;    /* every session's step scale, per mille (1000: none) */
+    _Atomic uint64_t step_grows, admission_closes, sessions_refused_overload;
+    _Atomic uint64_t model_loads;  /* variants loaded (the loader thread and uploads) */
     srv_hist pass_queue, encode, decode, pass_total, first_token;
 } srv_metrics;
 
@@ -230,6 +242,12 @@ struct srv {
     double drain_started;
     pthread_t worker;
     int worker_started;
+    pthread_t loader;         /* loads variants that starting sessions ask for (worker.c) */
+    int loader_started;
+    pthread_cond_t load_cv;   /* the loader waits on it (srv->lock) */
+    _Atomic int overloaded;   /* 1 while the worker is behind at the longest step: new
+                                 sessions get `overloaded` (the overload policy) */
+    sotto_load_params load_params; /* the overload policy's thresholds (--overload-wait-ms) */
     srv_metrics m;
     sotto_silero_model *silero; /* the sessions' Silero VAD weights (NULL: none) */
 };
@@ -312,7 +330,10 @@ void srv_models_unload_idle(srv *s);
 /* worker (worker.c) */
 int srv_worker_start(srv *s);
 void srv_worker_stop(srv *s);
-void srv_worker_kick(srv *s); /* something may be due */
+void srv_worker_kick(srv *s); /* something may be due, or a variant may be needed */
+/* 0 while the overload policy refuses new sessions (sets the `overloaded`
+ * error on ss and counts it), else 1. */
+int srv_admission_check(srv *s, srv_session *ss);
 
 /* gateway (ws.c, http.c) */
 int srv_gateway_create(srv *s);  /* binds the port; s->ctx */

@@ -1,8 +1,16 @@
-/* worker.c - the inference worker: loads models for new sessions, then
- * runs the decode passes that sessions' dictations ask for. Passes of
- * sessions on the same model variant are decoded together: their decoder
- * steps run as one batch (sotto_generate_greedy_batch); their encoder
- * passes run back to back in the same turn. Never touches sockets. */
+/* worker.c - the inference worker and the model loader.
+ *
+ * The worker runs the decode passes that sessions' dictations ask for.
+ * Each turn takes one batch as stream/scheduler.h chooses it: the oldest
+ * due pass, and the other due passes of its weight variant, oldest first;
+ * their encoder passes run as one batch and their decoder steps together
+ * (sotto_generate_greedy_batch). It also applies the overload policy
+ * (every session's step stretched while passes wait too long; new sessions
+ * refused while that is not enough). Never touches sockets.
+ *
+ * The loader loads the variants that starting sessions ask for, so that a
+ * load never pauses the sessions being served; the worker initializes a
+ * session once its variant is in memory. */
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
 
@@ -454,6 +462,39 @@ static void finish_if_done(srv *s, srv_session *ss) {
     pthread_mutex_unlock(&ss->lock);
 }
 
+/* The overload policy's state, for /metrics, the log and admission. */
+static void publish_load(srv *s, const sotto_load *l) {
+    atomic_store(&s->m.step_scale_pm, (int)(l->scale * 1000 + 0.5));
+    atomic_store(&s->m.step_grows, l->grows);
+    atomic_store(&s->m.admission_closes, l->closes);
+    atomic_store(&s->overloaded, !l->admit);
+    SOTTO_INFO("overload policy: step x%.2f, new sessions %s (longest wait %.2f s, worker busy %.0f%%)",
+               l->scale, l->admit ? "admitted" : "refused", l->last_wait, l->last_busy_share * 100);
+}
+
+/* Due sessions of one scan (the worker's own; grown as needed). */
+typedef struct due_list {
+    srv_session **ss;
+    sotto_sched_cand *c;
+    int n, cap;
+} due_list;
+
+static int due_push(due_list *d, srv_session *ss, double due_since) {
+    if (d->n == d->cap) {
+        int cap = d->cap ? d->cap * 2 : 64;
+        srv_session **a = realloc(d->ss, sizeof *a * (size_t)cap);
+        if (a) d->ss = a;
+        sotto_sched_cand *c = a ? realloc(d->c, sizeof *c * (size_t)cap) : NULL;
+        if (c) d->c = c;
+        if (!a || !c) return -1; /* this scan goes without it; the next one retries */
+        d->cap = cap;
+    }
+    d->ss[d->n] = ss;
+    d->c[d->n] = (sotto_sched_cand){ss->sm, due_since};
+    d->n++;
+    return 0;
+}
+
 static void *worker_main(void *arg) {
     srv *s = arg;
     sotto_threads_set(s->opt.threads);
@@ -467,37 +508,62 @@ static void *worker_main(void *arg) {
         if (s->ctx) srv_wake(s);
     }
     int max_batch = s->opt.max_batch < MAX_BATCH ? s->opt.max_batch : MAX_BATCH;
+    sotto_load load;
+    sotto_load_init(&load, &s->load_params);
+    atomic_store(&s->m.step_scale_pm, 1000);
+    const void *last_variant = NULL;
+    due_list due_l = {0};
     pthread_mutex_lock(&s->lock);
     while (!atomic_load(&s->stop)) {
         srv_session *init[MAX_BATCH], *batch[MAX_BATCH], *finish[MAX_BATCH];
         int n_init = 0, n_batch = 0, n_finish = 0;
         srv_model *bm = NULL;
         double now = srv_now();
+        due_l.n = 0;
         for (srv_session *ss = s->sessions; ss; ss = ss->next) {
             if (ss->fatal || ss->worker_busy) continue;
             pthread_mutex_lock(&ss->lock);
-            int needs_init = !ss->dict && ss->sm &&
+            /* a session is initialized once the loader has its variant (sm->model: srv->lock) */
+            int needs_init = !ss->dict && ss->sm && ss->sm->model &&
                              (ss->state == SESS_LOADING || ss->state == SESS_STOPPING);
+            if (ss->dict) { /* the overload policy's step */
+                int want = sotto_load_step_ms(&load, ss->dp.step_ms, 10000);
+                if (sotto_dictation_step_ms(ss->dict) != want) sotto_dictation_set_step_ms(ss->dict, want);
+            }
             int due = ss->dict && sotto_dictation_pass_due(ss->dict);
             int done = ss->dict && ss->state == SESS_STOPPING && sotto_dictation_done(ss->dict);
             if (due && ss->pass_due_since == 0) ss->pass_due_since = now;
             if (!due) ss->pass_due_since = 0;
+            double due_since = ss->pass_due_since;
             pthread_mutex_unlock(&ss->lock);
             if (needs_init && n_init < MAX_BATCH) {
                 ss->refs++;
                 ss->worker_busy = 1;
                 init[n_init++] = ss;
-            } else if (due && n_batch < max_batch && (!bm || ss->sm == bm)) {
-                ss->refs++;
-                ss->worker_busy = 1;
-                bm = ss->sm;
-                batch[n_batch++] = ss;
+            } else if (due) {
+                due_push(&due_l, ss, due_since);
             } else if (done && n_finish < MAX_BATCH) {
                 ss->refs++;
                 finish[n_finish++] = ss;
             }
         }
+        /* the batch: the oldest due pass's variant, its oldest passes (scheduler.h) */
+        int pick[MAX_BATCH];
+        n_batch = sotto_sched_pick(due_l.c, due_l.n, max_batch, last_variant, pick);
+        for (int i = 0; i < n_batch; i++) {
+            srv_session *ss = due_l.ss[pick[i]];
+            ss->refs++;
+            ss->worker_busy = 1;
+            batch[i] = ss;
+        }
+        if (n_batch) {
+            bm = batch[0]->sm;
+            last_variant = bm;
+            if (sotto_load_on_batch(&load, now - due_l.c[pick[0]].due_since, now))
+                publish_load(s, &load);
+        }
         if (!n_init && !n_batch && !n_finish) {
+            if (sotto_load_on_idle(&load, now)) publish_load(s, &load);
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;
@@ -511,9 +577,11 @@ static void *worker_main(void *arg) {
             continue;
         }
         pthread_mutex_unlock(&s->lock);
+        double t0 = srv_now();
         for (int i = 0; i < n_init; i++) init_session(s, init[i]);
         if (n_batch) run_batch(s, ws, bm, batch, n_batch);
         for (int i = 0; i < n_finish; i++) finish_if_done(s, finish[i]);
+        sotto_load_busy(&load, srv_now() - t0);
         pthread_mutex_lock(&s->lock);
         for (int i = 0; i < n_init; i++) init[i]->worker_busy = 0;
         for (int i = 0; i < n_batch; i++) batch[i]->worker_busy = 0;
@@ -525,26 +593,108 @@ static void *worker_main(void *arg) {
         pthread_mutex_lock(&s->lock);
     }
     pthread_mutex_unlock(&s->lock);
+    free(due_l.ss);
+    free(due_l.c);
     sotto_workspace_free(ws);
     return NULL;
+}
+
+/* ---- the model loader ------------------------------------------------------------- */
+
+/* A session waiting for a variant that is not loaded (srv->lock held). */
+static int waits_for_load(srv_session *ss) {
+    if (ss->fatal || !ss->sm || ss->sm->model) return 0;
+    pthread_mutex_lock(&ss->lock);
+    int w = !ss->dict && (ss->state == SESS_LOADING || ss->state == SESS_STOPPING);
+    pthread_mutex_unlock(&ss->lock);
+    return w;
+}
+
+/* Loads the variants that starting sessions need, one at a time, off the
+ * worker: sessions already running keep being served meanwhile. A failed
+ * load ends the sessions waiting for it with `model_unavailable`. */
+static void *loader_main(void *arg) {
+    srv *s = arg;
+    pthread_mutex_lock(&s->lock);
+    while (!atomic_load(&s->stop)) {
+        srv_model *want = NULL;
+        for (srv_session *ss = s->sessions; ss && !want; ss = ss->next)
+            if (waits_for_load(ss) && !ss->sm->loading) want = ss->sm;
+        if (!want) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&s->load_cv, &s->lock, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&s->lock);
+        sotto_err err;
+        sotto_err_clear(&err);
+        int rc = srv_model_acquire(s, want, &err);
+        pthread_mutex_lock(&s->lock);
+        if (rc) {
+            srv_session *failed[64];
+            int n = 0;
+            for (srv_session *ss = s->sessions; ss && n < 64; ss = ss->next)
+                if (ss->sm == want && waits_for_load(ss)) {
+                    ss->refs++;
+                    failed[n++] = ss;
+                }
+            pthread_mutex_unlock(&s->lock);
+            for (int i = 0; i < n; i++) {
+                srv_session_error(s, failed[i], "model_unavailable", err.msg, 1);
+                pthread_mutex_lock(&failed[i]->lock);
+                failed[i]->state = SESS_DONE;
+                pthread_mutex_unlock(&failed[i]->lock);
+                srv_session_unref(s, failed[i]);
+            }
+            srv_wake(s);
+            pthread_mutex_lock(&s->lock);
+        }
+        pthread_cond_signal(&s->work); /* its sessions can be initialized */
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+int srv_admission_check(srv *s, srv_session *ss) {
+    if (!atomic_load(&s->overloaded)) return 1;
+    atomic_fetch_add(&s->m.sessions_refused_overload, 1);
+    atomic_fetch_add(&s->m.sessions_rejected, 1);
+    srv_session_error(s, ss, "overloaded",
+                      "the server is behind on the sessions it has (passes wait longer than "
+                      "--overload-wait-ms at the longest step); try again later",
+                      1);
+    return 0;
 }
 
 void srv_worker_kick(srv *s) {
     pthread_mutex_lock(&s->lock);
     pthread_cond_signal(&s->work);
+    pthread_cond_signal(&s->load_cv);
     pthread_mutex_unlock(&s->lock);
 }
 
 int srv_worker_start(srv *s) {
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) return -1;
     s->worker_started = 1;
+    if (pthread_create(&s->loader, NULL, loader_main, s) != 0) {
+        srv_worker_stop(s);
+        return -1;
+    }
+    s->loader_started = 1;
     return 0;
 }
 
 void srv_worker_stop(srv *s) {
     if (!s->worker_started) return;
     atomic_store(&s->stop, 1);
-    srv_worker_kick(s);
+    pthread_mutex_lock(&s->lock);
+    pthread_cond_broadcast(&s->work);
+    pthread_cond_broadcast(&s->load_cv);
+    pthread_mutex_unlock(&s->lock);
     pthread_join(s->worker, NULL);
     s->worker_started = 0;
+    if (s->loader_started) pthread_join(s->loader, NULL);
+    s->loader_started = 0;
 }

@@ -142,7 +142,7 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
         srv_session_error(s, ss, "already_started", "the session has already started", 0);
         return;
     }
-    if (!session_slot_free(s, ss)) return;
+    if (!session_slot_free(s, ss) || !srv_admission_check(s, ss)) return;
     srv_start st; /* start_parse.c: every check that needs no session */
     const char *code = srv_start_parse(msg, &s->opt, s->silero, &st, why, sizeof why);
     if (code) {
@@ -717,6 +717,8 @@ static void admit_session(srv *s, struct lws *wsi, conn *c, const char *uri, con
     } else if (sessions_busy(s, c->ss) >= s->opt.max_sessions) { /* fail fast: no slot now */
         atomic_fetch_add(&s->m.sessions_rejected, 1);
         srv_session_error(s, c->ss, "overloaded", "the server has no free session slot", 1);
+    } else if (c->d) { /* a dialect's session starts with its connection: a new session */
+        srv_admission_check(s, c->ss);
     }
     c->ss->owner = ident;
     if (c->ss->closing) atomic_fetch_add(&s->m.connections_rejected, 1);

@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""The streaming worker's scheduler against the real server (tiny.en, base).
+
+Sections (--only a,b):
+  overload  6 sessions of 30 s at twice real time on one thread, --max-batch 1 and
+            --overload-wait-ms 20 (so that the worker falls behind here): the step
+            scale (/metrics sotto_step_scale) reaches its maximum (4) before new
+            sessions are refused; a session started while sotto_overloaded is 1 gets a
+            fatal `overloaded` naming --overload-wait-ms; the 6 running sessions lose
+            nothing (acks, done, no dropped audio) and each transcript is within
+            5 + 10% words of the offline CLI's on the same audio; once they end,
+            admission reopens and a new session is clean.
+  loading   a session on tiny.en streams at real time with step_ms 100 (passes back to
+            back) while five sessions start on `base` f32, nvfp4, q8, nf4 and bf16
+            (variants that the loader thread loads, one after another): passes
+            complete while they load (sotto_passes_total grows inside the loads'
+            interval from their log lines, less its first 0.5 s, where a pass may still
+            be in flight); when the worker itself loaded variants, nothing completed
+            there. A load no longer pauses the sessions being served.
+  race      for each of nf4, nvfp4 and q8, four times (unloaded in between by
+            --idle-unload-s 1): a streaming session and an upload (/v1/audio/
+            transcriptions, model tiny.en:VARIANT) ask for it at about the same moment
+            (the stream 0, 0.15, 0.3 s after the upload or 0.15 s before it, so that the
+            two first uses overlap in some attempts on any machine); every attempt
+            loads it once (one "loaded tiny.en (VARIANT)" log line;
+            sotto_model_loads_total counts 1 + 12), and both requests succeed.
+
+Run:
+  python3 tests/ref/test_sched.py --server build/sotto-server --sotto build/sotto \\
+      --model models/tiny.en --base-model models/base --manifest ../shared/audio/manifest.tsv
+Exits non-zero if any check fails. Needs websockets, numpy, whisper-normalizer.
+"""
+import argparse
+import asyncio
+import datetime
+import http.client
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import wave
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import refcommon as rc  # noqa: E402
+import server_client as sc  # noqa: E402
+from test_server import Checks  # noqa: E402
+
+SECTIONS = ["overload", "loading", "race"]
+LONG_CLIP = "librispeech_test-clean_1089-134686-0000-0009_concat70s"
+STREAM_CLIP = "librispeech_train-clean-100_1898-145715-0024"  # 14.8 s
+SHORT_CLIP = "jfk"
+
+
+def words(text):
+    return rc.normalize(text).split()
+
+
+def write_wav(path, pcm, rate=16000):
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm)
+
+
+def upload(port, path, model, timeout=180.0):
+    """POST /v1/audio/transcriptions; (status, parsed json or text)."""
+    b = uuid.uuid4().hex
+    with open(path, "rb") as f:
+        data = f.read()
+    body = (f'--{b}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{model}\r\n'.encode()
+            + f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+              f'Content-Type: audio/wav\r\n\r\n'.encode() + data + b"\r\n"
+            + f"--{b}--\r\n".encode())
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/audio/transcriptions", body=body,
+                     headers={"Content-Type": f"multipart/form-data; boundary={b}"})
+        r = conn.getresponse()
+        text = r.read().decode("utf-8", "replace")
+        try:
+            return r.status, json.loads(text)
+        except ValueError:
+            return r.status, text
+    except Exception as e:  # reset, timeout
+        return 0, f"{type(e).__name__}: {e}"
+    finally:
+        conn.close()
+
+
+# --- overload ---------------------------------------------------------------------
+
+
+async def try_start(url, audio):
+    """Connects and sends start; the events until the server closes (or 15 s)."""
+    res = sc.StreamResult()
+    try:
+        ws = await sc.open_ws(url)
+    except Exception as e:
+        res.exception = e
+        return res
+    rx = asyncio.create_task(sc._receiver(ws, res))
+    try:
+        await ws.send(json.dumps({"type": "start", **audio.start_fields()}))
+        await sc.wait_for(res, lambda e: e.get("type") in ("ready", "error"), 15)
+    except Exception as e:  # closed by the server
+        res.exception = e
+    try:
+        await asyncio.wait_for(rx, 15)
+    except Exception:
+        pass
+    try:
+        await ws.close()
+    except Exception:
+        pass
+    return res
+
+
+def section_overload(ctx, ck):
+    a = ctx.args
+    full = sc.load_clip(ctx.by_id[LONG_CLIP]["file"], "s16_16k", ctx.tmp)
+    audio = full.head(30.0)
+    wav = os.path.join(ctx.tmp, "overload30.wav")
+    write_wav(wav, b"".join(audio.messages))
+    off = rc.run_sotto(a.sotto, a.model, [wav], ["--beam", "1", "--temperature", "0"], threads=1)
+    off_words = words(off[wav]["text"])
+    short = sc.load_clip(ctx.by_id[SHORT_CLIP]["file"], "s16_16k", ctx.tmp)
+    n = 6
+    srv = sc.Server(a.server, a.model, ["--overload-wait-ms", "20", "--max-batch", "1"],
+                    threads=1).start()
+    try:
+        async def main():
+            tasks = [asyncio.create_task(sc.stream_async(srv.ws_url, audio, realtime=True, speed=2.0))
+                     for _ in range(n)]
+            max_scale, scale_at_close, refused, t0 = 1.0, None, None, time.monotonic()
+            while not all(t.done() for t in tasks):
+                m = await asyncio.to_thread(srv.metrics)
+                scale = m.get("sotto_step_scale", 1.0)
+                max_scale = max(max_scale, scale)
+                if m.get("sotto_overloaded") == 1 and refused is None:
+                    scale_at_close = scale
+                    refused = await try_start(srv.ws_url, short)
+                    print(f"  admission closed {time.monotonic() - t0:.1f} s in, at step "
+                          f"scale {scale:g}", flush=True)
+                await asyncio.sleep(0.25)
+            return [t.result() for t in tasks], max_scale, scale_at_close, refused
+
+        results, max_scale, scale_at_close, refused = sc.run(main())
+        m = srv.metrics()
+        print(f"  step scale up to {max_scale:g}; step grows {m.get('sotto_step_grows_total')}, "
+              f"admission closes {m.get('sotto_admission_closes_total')}, refused "
+              f"{m.get('sotto_sessions_refused_overload_total')}; pass queue p50/max: "
+              f"see sotto_pass_queue_seconds", flush=True)
+        ck.ok("overload: the step scale reached its maximum (4)", max_scale >= 4.0 - 1e-9,
+              f"max {max_scale}")
+        ck.ok("overload: admission closed, and only at the largest step",
+              scale_at_close is not None and scale_at_close >= 4.0 - 1e-9, f"scale {scale_at_close}")
+        e = [x for x in (refused.errors if refused else []) if x.get("code") == "overloaded"]
+        ck.ok("overload: a session started while overloaded gets a fatal `overloaded` naming "
+              "--overload-wait-ms", bool(e) and e[0].get("fatal") is True
+              and "--overload-wait-ms" in e[0].get("message", "") and not refused.ready,
+              str(refused.errors if refused else None))
+        for i, r in enumerate(results):
+            ck.problems(f"overload: running session {i} loses nothing", sc.check_session(r, audio.total_units))
+            hyp = words(r.transcript)
+            d = rc.edit_distance(off_words, hyp)
+            ck.ok(f"overload: session {i} transcript within 5 + 10% words of the offline CLI's",
+                  d <= 5 + len(off_words) // 10, f"{d} of {len(off_words)} words differ: "
+                  f"{r.transcript[:120]!r}")
+        ck.ok("overload: metrics count the growth, the closing and the refusal",
+              m.get("sotto_step_grows_total", 0) >= 3 and m.get("sotto_admission_closes_total", 0) >= 1
+              and m.get("sotto_sessions_refused_overload_total", 0) >= 1, str(m.get("sotto_step_grows_total")))
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and srv.metrics().get("sotto_overloaded") != 0:
+            time.sleep(0.25)
+        ck.ok("overload: admission reopens once the sessions ended",
+              srv.metrics().get("sotto_overloaded") == 0)
+        r = sc.stream(srv.ws_url, short)
+        ck.problems("overload: a session afterwards is accepted and clean",
+                    sc.check_session(r, short.total_units))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and srv.metrics().get("sotto_step_scale") != 1:
+            time.sleep(0.5)
+        ck.ok("overload: the step scale shrinks back to 1 when idle",
+              srv.metrics().get("sotto_step_scale") == 1, str(srv.metrics().get("sotto_step_scale")))
+    finally:
+        rcode = srv.stop()
+    ck.ok("overload: server exits 0 on SIGTERM", rcode == 0, str(rcode))
+
+
+# --- loading while serving -------------------------------------------------------------
+
+
+def section_loading(ctx, ck):
+    a = ctx.args
+    audio = sc.load_clip(ctx.by_id[STREAM_CLIP]["file"], "s16_16k", ctx.tmp)
+    short = sc.load_clip(ctx.by_id[SHORT_CLIP]["file"], "s16_16k", ctx.tmp)
+    weights = ["f32", "nvfp4", "q8", "nf4", "bf16"]  # five loads of base, one after another
+    srv = sc.Server(a.server, a.model, ["--model", a.base_model, "--weights", ",".join(weights)],
+                    threads=a.threads).start()
+    base = os.path.basename(os.path.normpath(a.base_model))
+    try:
+        async def main():
+            first = asyncio.create_task(sc.stream_async(srv.ws_url, audio, realtime=True, step_ms=100))
+            await asyncio.sleep(4.0)
+            samples = []
+            stop = threading.Event()
+
+            def poll():
+                while not stop.is_set():
+                    samples.append((time.time(), srv.metrics().get("sotto_passes_total", 0)))
+                    time.sleep(0.05)
+
+            th = threading.Thread(target=poll)
+            th.start()
+            others = await asyncio.gather(*[sc.stream_async(srv.ws_url, short, model=base, weights=w)
+                                             for w in weights])
+            await asyncio.sleep(0.3)  # a sample after the loads
+            stop.set()
+            th.join()
+            return await first, others, samples
+
+        first, others, samples = sc.run(main())
+        # the loads' interval from their log lines (end time, duration); passes of the
+        # running session that complete in it, leaving 0.5 s for a pass in flight
+        spans = []
+        for w in weights:
+            load = srv.log_lines(f"loaded {base} ({w})")
+            m = re.match(r"(\S+)Z .* in ([0-9.]+) s", load[-1]) if load else None
+            if m:
+                end = datetime.datetime.fromisoformat(m.group(1)).replace(
+                    tzinfo=datetime.timezone.utc).timestamp()
+                spans.append((end - float(m.group(2)), end))
+            ck.ok(f"loading: {base} ({w}) was loaded on demand, once", len(load) == 1, str(load))
+        grew, span = 0, 0.0
+        if len(spans) == len(weights):
+            begin, end = min(b for b, _ in spans) + 0.5, max(e for _, e in spans)
+            span = end - begin
+            inside = [p for t, p in samples if begin <= t <= end]
+            before = [p for t, p in samples if t < begin]
+            if inside and before:
+                grew = max(inside) - before[-1]
+        print(f"  loads of {base}: {', '.join(f'{e - b:.2f} s' for b, e in spans)}; {grew:g} passes "
+              f"of the running session completed in their last {span:.2f} s", flush=True)
+        for w, r in zip(weights, others):
+            ck.problems(f"loading: the session on {base} ({w}) is clean", sc.check_session(r, short.total_units))
+        ck.ok(f"loading: passes of the running session completed while {base} loaded",
+              span > 0.3 and grew >= 1, f"{grew:g} passes in {span:.2f} s")
+        ck.problems("loading: the running session is clean", sc.check_session(first, audio.total_units))
+    finally:
+        rcode = srv.stop()
+    ck.ok("loading: server exits 0 on SIGTERM", rcode == 0, str(rcode))
+
+
+# --- the acquire race -------------------------------------------------------------------
+
+
+def section_race(ctx, ck):
+    a = ctx.args
+    short = sc.load_clip(ctx.by_id[SHORT_CLIP]["file"], "s16_16k", ctx.tmp)
+    wav = ctx.by_id[SHORT_CLIP]["file"]
+    variants = ["nf4", "nvfp4", "q8"]
+    offsets = [0.0, 0.15, 0.3, -0.15]  # the streaming start this much after the upload
+    srv = sc.Server(a.server, a.model, ["--weights", "f32," + ",".join(variants),
+                                        "--idle-unload-s", "1"], threads=a.threads).start()
+    loads_total, attempts = 0, 0
+    try:
+        for v in variants:
+            for off in offsets:
+                # wait until the variant is unloaded (idle-unload-s 1), so that both load it
+                key = f'sotto_weights_bytes{{model="{ctx.model_name}",weights="{v}"}}'
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and key in srv.metrics():
+                    time.sleep(0.2)
+                before = len(srv.log_lines(f"loaded {ctx.model_name} ({v})"))
+
+                async def both():
+                    async def post():
+                        if off < 0:
+                            await asyncio.sleep(-off)
+                        return await asyncio.to_thread(upload, srv.port, wav, f"{ctx.model_name}:{v}")
+
+                    async def stream():
+                        if off > 0:
+                            await asyncio.sleep(off)
+                        return await sc.stream_async(srv.ws_url, short, weights=v)
+
+                    return await asyncio.gather(stream(), post())
+
+                r, (status, body) = sc.run(both())
+                attempts += 1
+                loads = srv.log_lines(f"loaded {ctx.model_name} ({v})")[before:]
+                loads_total += len(loads)
+                label = f"race {v}, stream {off:+.2f} s after the upload"
+                ck.ok(f"{label}: one load", len(loads) == 1, str(loads))
+                ck.problems(f"{label}: the streaming session is clean",
+                            sc.check_session(r, short.total_units))
+                text = body.get("text", "") if isinstance(body, dict) else ""
+                ck.ok(f"{label}: the upload is transcribed", status == 200 and len(words(text)) >= 10,
+                      f"{status} {str(body)[:160]}")
+        m = srv.metrics()
+        ck.ok(f"race: sotto_model_loads_total = 1 + {attempts}",
+              m.get("sotto_model_loads_total") == 1 + attempts == 1 + loads_total,
+              str(m.get("sotto_model_loads_total")))
+    finally:
+        rcode = srv.stop()
+    ck.ok("race: server exits 0 on SIGTERM", rcode == 0, str(rcode))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", default=os.path.join(rc.REPO, "build", "sotto-server"))
+    ap.add_argument("--sotto", default=os.path.join(rc.REPO, "build", "sotto"))
+    ap.add_argument("--model", default=os.path.join(rc.REPO, "models", "tiny.en"))
+    ap.add_argument("--base-model", default=os.path.join(rc.REPO, "models", "base"))
+    ap.add_argument("--manifest", default=rc.DEFAULT_MANIFEST)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--only", default=",".join(SECTIONS))
+    args = ap.parse_args()
+    only = [s for s in args.only.split(",") if s]
+    bad = [s for s in only if s not in SECTIONS]
+    if bad:
+        sys.exit(f"unknown sections {bad}; known: {SECTIONS}")
+    for p in (args.server, args.sotto):
+        if not os.path.exists(p):
+            sys.exit(f"missing {p}: build first")
+    ctx = argparse.Namespace()
+    ctx.args = args
+    ctx.rows = rc.load_manifest(args.manifest)
+    ctx.by_id = {r["id"]: r for r in ctx.rows}
+    ctx.model_name = os.path.basename(os.path.normpath(args.model))
+    ck = Checks()
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx.tmp = tmp
+        for name in only:
+            print(f"== {name}", flush=True)
+            t0 = time.monotonic()
+            globals()[f"section_{name}"](ctx, ck)
+            print(f"   ({time.monotonic() - t0:.0f} s)", flush=True)
+    print(f"{ck.n - len(ck.failed)}/{ck.n} checks passed")
+    if ck.failed:
+        print("FAILED:\n  " + "\n  ".join(ck.failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
