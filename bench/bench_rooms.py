@@ -259,7 +259,9 @@ def main():
         paths[name] = st.write_wav(os.path.join(tmp, name.replace(":", "_") + ".wav"))
 
     try:
-        commit = subprocess.run(["git", "-C", rc.REPO, "rev-parse", "--short", "HEAD"],
+        # the checkout the server binary was built in (another worktree, for a side-by-side run)
+        commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(args.server)),
+                                 "rev-parse", "--short", "HEAD"],
                                 capture_output=True, text=True).stdout.strip()
     except OSError:
         commit = "?"

@@ -156,6 +156,9 @@ void srv_sessions_reap(srv *s) {
 
 void srv_session_push_locked(srv *s, srv_session *ss, const float *x, size_t n) {
     sotto_dictation_push(ss->dict, x, n);
+    /* the wall time a pass became due (the scheduler's age, the overload policy's wait):
+       when the audio that made it due arrived, not when the worker next looked */
+    if (ss->pass_due_since == 0 && sotto_dictation_pass_due(ss->dict)) ss->pass_due_since = srv_now();
     sotto_dictation_stats st; /* audio the backlog bound dropped, for /metrics */
     sotto_dictation_get_stats(ss->dict, &st);
     atomic_fetch_add(&s->m.audio_dropped_samples, st.samples_dropped - ss->dropped_samples_seen);

@@ -444,6 +444,8 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
             atomic_fetch_add(&s->m.passes, 1);
             srv_hist_add(&s->m.pass_total, srv_now() - c->due_since);
         }
+        /* a backlog (or the next final) makes the next pass due as this one ends */
+        if (ss->pass_due_since == 0 && sotto_dictation_pass_due(ss->dict)) ss->pass_due_since = srv_now();
         sotto_dictation_stats st;
         sotto_dictation_get_stats(ss->dict, &st);
         atomic_fetch_add(&s->m.audio_final_samples, st.samples_final - ss->final_samples_seen);
