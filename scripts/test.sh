@@ -6,7 +6,8 @@
 #
 #   scripts/test.sh            everything (unit tests under ASan+UBSan, then
 #                              the reference tests on real speech)
-#   scripts/test.sh --unit     only the C unit tests
+#   scripts/test.sh --unit     only the C unit tests (ASan+UBSan build, ctest):
+#                              no venv, browsers or reference-test packages
 #
 # The reference tests read the dev speech set from ../shared/audio
 # (override with SOTTO_MANIFEST=/path/to/manifest.tsv). Exits non-zero on
@@ -28,40 +29,44 @@ done
 "$root/scripts/setup.sh" --deps-only
 "$root/scripts/fetch_models.sh" all
 
-# Python environment for the reference tests.
-venv="$root/.venv"
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv" || die "python3 -m venv failed (install python3-venv)"
-fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check \
-  "faster-whisper==1.2.1" "ctranslate2==4.8.5" "whisper-normalizer==0.1.15" "numpy>=1.24" "websockets==15.0.1" "playwright==1.65.2" \
-  "openai==3.51.0" "deepgram-sdk==7.16.0" "onnxruntime==1.32.0" "axe-playwright-python==0.1.8" \
-  || die "pip install of the test requirements failed"
-py="$venv/bin/python"
+# The reference tests' set-up (Python venv, browsers, fuzzing and audio packages);
+# --unit needs none of it: only the build dependencies and the models above.
+if [ "$only_unit" -eq 0 ]; then
+  # Python environment for the reference tests.
+  venv="$root/.venv"
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv" || die "python3 -m venv failed (install python3-venv)"
+  fi
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    "faster-whisper==1.2.1" "ctranslate2==4.8.5" "whisper-normalizer==0.1.15" "numpy>=1.24" "websockets==15.0.1" "playwright==1.65.2" \
+    "openai==3.51.0" "deepgram-sdk==7.16.0" "onnxruntime==1.32.0" "axe-playwright-python==0.1.8" \
+    || die "pip install of the test requirements failed"
+  py="$venv/bin/python"
 
-# The browser test drives Debian's Chromium through playwright (no browser download).
-if ! command -v chromium >/dev/null 2>&1; then
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  echo "test: installing chromium for the browser test"
-  $sudo apt-get update -qq || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null \
-    || die "apt-get install chromium failed"
-fi
-# The Firefox test drives Debian's firefox-esr over WebDriver BiDi (no geckodriver); it and
-# sotto-mic's device test capture from a private PulseAudio server through ALSA's pulse plugin.
-# The fuzzers (scripts/fuzz.sh) need clang and libFuzzer (libclang-rt-14-dev).
-missing=()
-for p in firefox-esr pulseaudio pulseaudio-utils libasound2-plugins opus-tools clang libclang-rt-14-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -ne 0 ]; then
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  echo "test: installing ${missing[*]} for the Firefox, audio device and fuzz tests"
-  $sudo apt-get update -qq || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-    || die "apt-get install ${missing[*]} failed"
+  # The browser test drives Debian's Chromium through playwright (no browser download).
+  if ! command -v chromium >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "test: installing chromium for the browser test"
+    $sudo apt-get update -qq || die "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+      || die "apt-get install chromium failed"
+  fi
+  # The Firefox test drives Debian's firefox-esr over WebDriver BiDi (no geckodriver); it and
+  # sotto-mic's device test capture from a private PulseAudio server through ALSA's pulse plugin.
+  # The fuzzers (scripts/fuzz.sh) need clang and libFuzzer (libclang-rt-14-dev).
+  missing=()
+  for p in firefox-esr pulseaudio pulseaudio-utils libasound2-plugins opus-tools clang libclang-rt-14-dev; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -ne 0 ]; then
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "test: installing ${missing[*]} for the Firefox, audio device and fuzz tests"
+    $sudo apt-get update -qq || die "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+      || die "apt-get install ${missing[*]} failed"
+  fi
 fi
 
 failures=()
