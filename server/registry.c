@@ -38,30 +38,9 @@ static void unload(srv *s, srv_model *sm) {
     (void)s;
 }
 
-static int load_variant(srv *s, srv_model *sm, sotto_err *err);
-
-int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err) {
-    pthread_mutex_lock(&s->lock);
-    sm->last_used = srv_now();
-    /* one load at a time per variant: the worker and batch jobs may ask for
-       the same variant at once, and a check-then-load would load it twice */
-    while (sm->loading && !sm->model) pthread_cond_wait(&s->model_cv, &s->lock);
-    if (sm->model) {
-        pthread_mutex_unlock(&s->lock);
-        return SOTTO_OK;
-    }
-    sm->loading = 1;
-    pthread_mutex_unlock(&s->lock);
-    int rc = load_variant(s, sm, err);
-    pthread_mutex_lock(&s->lock);
-    sm->loading = 0;
-    pthread_cond_broadcast(&s->model_cv);
-    pthread_cond_signal(&s->work); /* sessions waiting for it can be initialized */
-    pthread_mutex_unlock(&s->lock);
-    return rc;
-}
-
-/* The load itself; sm->loading is set by the caller, so no other thread loads sm. */
+/* The load itself; sm->loading is set by the caller, so no other thread loads sm,
+ * and srv->load_lock is held, so no other variant loads meanwhile (a load in
+ * progress is not counted in the budget until it is installed below). */
 static int load_variant(srv *s, srv_model *sm, sotto_err *err) {
     double t0 = srv_now();
     sotto_model_params p = sotto_model_default_params();
@@ -110,6 +89,31 @@ static int load_variant(srv *s, srv_model *sm, sotto_err *err) {
     SOTTO_INFO("loaded %s (%s): %.1f MB of weights in %.2f s", sm->name, sotto_wfmt_name(sm->weights),
                bytes / 1e6, srv_now() - t0);
     return SOTTO_OK;
+}
+
+int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err) {
+    pthread_mutex_lock(&s->lock);
+    sm->last_used = srv_now();
+    /* one load at a time per variant: the loader and the upload thread may ask
+       for the same variant at once, and a check-then-load would load it twice */
+    while (sm->loading && !sm->model) pthread_cond_wait(&s->model_cv, &s->lock);
+    if (sm->model) {
+        pthread_mutex_unlock(&s->lock);
+        return SOTTO_OK;
+    }
+    sm->loading = 1;
+    pthread_mutex_unlock(&s->lock);
+    /* one load at a time of any variant (the loader and the upload thread may load
+       two different ones): a load's memory counts in the budget only once installed */
+    pthread_mutex_lock(&s->load_lock);
+    int rc = load_variant(s, sm, err);
+    pthread_mutex_unlock(&s->load_lock);
+    pthread_mutex_lock(&s->lock);
+    sm->loading = 0;
+    pthread_cond_broadcast(&s->model_cv);
+    pthread_cond_signal(&s->work); /* sessions waiting for it can be initialized */
+    pthread_mutex_unlock(&s->lock);
+    return rc;
 }
 
 void srv_model_release(srv *s, srv_model *sm) {

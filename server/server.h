@@ -232,6 +232,9 @@ struct srv {
     pthread_mutex_t lock;
     pthread_cond_t work;      /* the worker waits on it */
     pthread_cond_t model_cv;  /* a variant finished loading (srv_model.loading) */
+    pthread_mutex_t load_lock; /* held for the whole of a load: one load at a time, since a
+                                  load in progress is not in the memory budget (registry.c);
+                                  taken before srv->lock, never while holding it */
     srv_session *sessions;
     int n_sessions;
     uint64_t next_id;

@@ -24,6 +24,12 @@ Sections (--only a,b):
             two first uses overlap in some attempts on any machine); every attempt
             loads it once (one "loaded tiny.en (VARIANT)" log line;
             sotto_model_loads_total counts 1 + 12), and both requests succeed.
+  budget    --memory-budget-mb 200 (the default f32 plus one 4-bit variant): a
+            streaming session on nf4 and an upload on q8 at about the same moment,
+            four times: exactly one loads, the other is refused naming the budget, and
+            the resident weights (polled from /metrics) never pass 200 MB. (The
+            accounting under two requests at once; the transient memory of a load in
+            progress, which srv->load_lock bounds to one load, is not measured.)
 
 Run:
   python3 tests/ref/test_sched.py --server build/sotto-server --sotto build/sotto \\
@@ -50,7 +56,7 @@ import refcommon as rc  # noqa: E402
 import server_client as sc  # noqa: E402
 from test_server import Checks  # noqa: E402
 
-SECTIONS = ["overload", "loading", "race"]
+SECTIONS = ["overload", "loading", "race", "budget"]
 LONG_CLIP = "librispeech_test-clean_1089-134686-0000-0009_concat70s"
 STREAM_CLIP = "librispeech_train-clean-100_1898-145715-0024"  # 14.8 s
 SHORT_CLIP = "jfk"
@@ -310,6 +316,71 @@ def section_race(ctx, ck):
     finally:
         rcode = srv.stop()
     ck.ok("race: server exits 0 on SIGTERM", rcode == 0, str(rcode))
+
+
+# --- the memory budget with two loads at once ---------------------------------------
+
+
+def section_budget(ctx, ck):
+    """--memory-budget-mb 200 holds the default f32 (151 MB) and one 4-bit variant, not two:
+    a streaming session on nf4 and an upload on q8 at about the same moment (four offsets):
+    the second load to finish sees the first and is refused, and the resident weights never
+    pass the budget."""
+    a = ctx.args
+    short = sc.load_clip(ctx.by_id[SHORT_CLIP]["file"], "s16_16k", ctx.tmp)
+    wav = ctx.by_id[SHORT_CLIP]["file"]
+    srv = sc.Server(a.server, a.model, ["--weights", "f32,nf4,q8", "--memory-budget-mb", "200",
+                                        "--idle-unload-s", "1"], threads=a.threads).start()
+    peak = 0.0
+    try:
+        for off in [0.0, 0.15, 0.3, -0.15]:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and sum(
+                    v for k, v in srv.metrics().items() if k.startswith("sotto_weights_bytes{")) > 160e6:
+                time.sleep(0.2)
+            stop = threading.Event()
+            peaks = []
+
+            def poll():
+                while not stop.is_set():
+                    peaks.append(sum(v for k, v in srv.metrics().items()
+                                     if k.startswith("sotto_weights_bytes{")))
+                    time.sleep(0.05)
+
+            th = threading.Thread(target=poll)
+            th.start()
+
+            async def both():
+                async def post():
+                    if off < 0:
+                        await asyncio.sleep(-off)
+                    return await asyncio.to_thread(upload, srv.port, wav, f"{ctx.model_name}:q8")
+
+                async def stream():
+                    if off > 0:
+                        await asyncio.sleep(off)
+                    return await sc.stream_async(srv.ws_url, short, weights="nf4", wait_ready=False)
+
+                return await asyncio.gather(stream(), post())
+
+            r, (status, body) = sc.run(both())
+            stop.set()
+            th.join()
+            peak = max([peak] + peaks)
+            stream_ok = r.ready is not None and not r.errors
+            stream_budget = any(e.get("code") == "model_unavailable" and "budget" in e.get("message", "")
+                                for e in r.errors)
+            up_ok = status == 200
+            up_budget = status == 503 and "budget" in str(body)
+            label = f"budget, stream {off:+.2f} s after the upload"
+            ck.ok(f"{label}: exactly one of nf4 (stream) and q8 (upload) loads, the other is "
+                  f"refused naming the budget", (stream_ok and up_budget) or (up_ok and stream_budget),
+                  f"stream ready {r.ready is not None}, errors {r.errors}; upload {status} {str(body)[:120]}")
+        ck.ok("budget: the resident weights never exceeded 200 MB", peak <= 200e6, f"peak {peak / 1e6:.1f} MB")
+        ck.ok("budget: server alive", srv.alive())
+    finally:
+        rcode = srv.stop()
+    ck.ok("budget: server exits 0 on SIGTERM", rcode == 0, str(rcode))
 
 
 def main():
