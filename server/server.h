@@ -334,7 +334,11 @@ void srv_models_unload_idle(srv *s);
 /* worker (worker.c) */
 int srv_worker_start(srv *s);
 void srv_worker_stop(srv *s);
-void srv_worker_kick(srv *s); /* something may be due, or a variant may be needed */
+void srv_worker_kick(srv *s); /* a pass may be due (called for every audio message: cheap) */
+/* A session entered SESS_LOADING: the loader looks for variants to load
+ * (it scans every session, so it is not woken per audio message), and the
+ * worker may initialize a session whose variant is already loaded. */
+void srv_loader_kick(srv *s);
 /* 0 while the overload policy refuses new sessions (sets the `overloaded`
  * error on ss and counts it), else 1. */
 int srv_admission_check(srv *s, srv_session *ss);

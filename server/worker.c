@@ -673,7 +673,13 @@ int srv_admission_check(srv *s, srv_session *ss) {
 void srv_worker_kick(srv *s) {
     pthread_mutex_lock(&s->lock);
     pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void srv_loader_kick(srv *s) {
+    pthread_mutex_lock(&s->lock);
     pthread_cond_signal(&s->load_cv);
+    pthread_cond_signal(&s->work);
     pthread_mutex_unlock(&s->lock);
 }
 

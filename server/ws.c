@@ -189,7 +189,7 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
     pthread_mutex_unlock(&s->lock);
     sotto_log(SOTTO_LOG_INFO, ss->id, "start: %s %d Hz x%d, model %s (%s)", sotto_encoding_name(st.encoding),
               ss->sample_rate, ss->channels, sm->name, sotto_wfmt_name(st.weights));
-    srv_worker_kick(s);
+    srv_loader_kick(s);
 }
 
 static void on_stop(srv *s, srv_session *ss, int end_of_stream) {

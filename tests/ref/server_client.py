@@ -219,6 +219,71 @@ class Server:
         self.stop()
 
 
+def http_request(port, method, path, body=None, headers=None, timeout=30.0):
+    """(status, headers dict (lower-case), body bytes, seconds) of one plain-HTTP
+    request to 127.0.0.1:port; status 0 and the error as the body on a failure."""
+    import http.client
+    t0 = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data, time.monotonic() - t0
+    except Exception as e:  # reset, timeout
+        return 0, {}, f"{type(e).__name__}: {e}".encode(), time.monotonic() - t0
+    finally:
+        conn.close()
+
+
+def upload_transcription(port, data, filename="audio.wav", model="whisper-1", timeout=120.0):
+    """POST /v1/audio/transcriptions with a multipart form holding `data` as the
+    file; (status, parsed json or text, seconds)."""
+    import uuid
+    b = uuid.uuid4().hex
+    parts = [f'--{b}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{model}\r\n'.encode(),
+             f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+             f'Content-Type: application/octet-stream\r\n\r\n'.encode() + data + b"\r\n",
+             f"--{b}--\r\n".encode()]
+    st, _, body, secs = http_request(port, "POST", "/v1/audio/transcriptions", b"".join(parts),
+                                     {"Content-Type": f"multipart/form-data; boundary={b}"}, timeout)
+    try:
+        return st, json.loads(body), secs
+    except ValueError:
+        return st, body.decode("utf-8", "replace"), secs
+
+
+class MetricsPoller:
+    """Samples fn(server.metrics()) every `period` seconds on a thread while
+    the `with` block runs; .samples is a list of (time.time(), value)."""
+
+    def __init__(self, server, fn, period=0.05):
+        import threading
+        self.server, self.fn, self.period = server, fn, period
+        self.samples = []
+        self._stop = threading.Event()
+        self._th = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.time(), self.fn(self.server.metrics())))
+            except Exception:  # the server is stopping: no sample
+                pass
+            time.sleep(self.period)
+
+    def __enter__(self):
+        self._th.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._th.join()
+
+    def values(self):
+        return [v for _, v in self.samples]
+
+
 def parse_metrics(text):
     out = {}
     for line in text.splitlines():
@@ -608,6 +673,28 @@ async def open_ws(url, ssl_context=None, timeout=30.0):
     if url.startswith("wss:"):
         kw["ssl"] = ssl_context or insecure_ssl_context()
     return await ws_connect(url, **kw)
+
+
+async def connect(url, ssl_context=None):
+    """(ws, StreamResult, receiver task) of a new connection, its events recorded
+    in the result; finish() ends it."""
+    res = StreamResult()
+    ws = await open_ws(url, ssl_context)
+    res.t_connect = time.monotonic()
+    rx = asyncio.create_task(_receiver(ws, res))
+    return ws, res, rx
+
+
+async def finish(ws, rx, stop=True, timeout=120):
+    """Sends `stop` (unless stop is false), waits for the receiver to end (the
+    server closes after `done`) and closes the connection; errors ignored."""
+    if stop:
+        with contextlib.suppress(Exception):
+            await ws.send(json.dumps({"type": "stop"}))
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(rx, timeout)
+    with contextlib.suppress(Exception):
+        await ws.close()
 
 
 async def send_audio(ws, res, audio, realtime=False, speed=1.0, t_base=None, units0=0, secs0=0.0,

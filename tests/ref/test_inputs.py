@@ -26,7 +26,6 @@ Exits non-zero if any check fails. Needs sox and opusenc (scripts/test.sh instal
 """
 import argparse
 import asyncio
-import http.client
 import json
 import os
 import socket
@@ -35,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 
 import websockets
 
@@ -60,34 +58,11 @@ class Checker:
         return cond
 
 
-def request(port, method, path, body=None, headers=None, timeout=30.0):
-    """(status, headers dict (lower-case), body bytes, seconds); status 0 on a failure."""
-    t0 = time.monotonic()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        r = conn.getresponse()
-        data = r.read()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, data, time.monotonic() - t0
-    except Exception as e:  # reset, timeout
-        return 0, {}, f"{type(e).__name__}: {e}".encode(), time.monotonic() - t0
-    finally:
-        conn.close()
+request = sc.http_request
 
 
 def upload(port, filename, data, timeout=120.0):
-    """POST /v1/audio/transcriptions with a multipart form; (status, json or text, seconds)."""
-    b = uuid.uuid4().hex
-    parts = [f'--{b}\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'.encode(),
-             f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-             f'Content-Type: application/octet-stream\r\n\r\n'.encode() + data + b"\r\n",
-             f"--{b}--\r\n".encode()]
-    st, _, body, secs = request(port, "POST", "/v1/audio/transcriptions", b"".join(parts),
-                                {"Content-Type": f"multipart/form-data; boundary={b}"}, timeout)
-    try:
-        return st, json.loads(body), secs
-    except ValueError:
-        return st, body.decode("utf-8", "replace"), secs
+    return sc.upload_transcription(port, data, filename, timeout=timeout)
 
 
 def wav_header(rate, bits, data_declared, channels=1):

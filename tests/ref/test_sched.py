@@ -39,15 +39,12 @@ Exits non-zero if any check fails. Needs websockets, numpy, whisper-normalizer.
 import argparse
 import asyncio
 import datetime
-import http.client
 import json
 import os
 import re
 import sys
 import tempfile
-import threading
 import time
-import uuid
 import wave
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -75,28 +72,11 @@ def write_wav(path, pcm, rate=16000):
 
 
 def upload(port, path, model, timeout=180.0):
-    """POST /v1/audio/transcriptions; (status, parsed json or text)."""
-    b = uuid.uuid4().hex
+    """The file at `path` through POST /v1/audio/transcriptions; (status, json or text)."""
     with open(path, "rb") as f:
         data = f.read()
-    body = (f'--{b}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{model}\r\n'.encode()
-            + f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
-              f'Content-Type: audio/wav\r\n\r\n'.encode() + data + b"\r\n"
-            + f"--{b}--\r\n".encode())
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("POST", "/v1/audio/transcriptions", body=body,
-                     headers={"Content-Type": f"multipart/form-data; boundary={b}"})
-        r = conn.getresponse()
-        text = r.read().decode("utf-8", "replace")
-        try:
-            return r.status, json.loads(text)
-        except ValueError:
-            return r.status, text
-    except Exception as e:  # reset, timeout
-        return 0, f"{type(e).__name__}: {e}"
-    finally:
-        conn.close()
+    st, body, _ = sc.upload_transcription(port, data, "a.wav", model, timeout)
+    return st, body
 
 
 # --- overload ---------------------------------------------------------------------
@@ -104,26 +84,18 @@ def upload(port, path, model, timeout=180.0):
 
 async def try_start(url, audio):
     """Connects and sends start; the events until the server closes (or 15 s)."""
-    res = sc.StreamResult()
     try:
-        ws = await sc.open_ws(url)
+        ws, res, rx = await sc.connect(url)
     except Exception as e:
+        res = sc.StreamResult()
         res.exception = e
         return res
-    rx = asyncio.create_task(sc._receiver(ws, res))
     try:
         await ws.send(json.dumps({"type": "start", **audio.start_fields()}))
         await sc.wait_for(res, lambda e: e.get("type") in ("ready", "error"), 15)
     except Exception as e:  # closed by the server
         res.exception = e
-    try:
-        await asyncio.wait_for(rx, 15)
-    except Exception:
-        pass
-    try:
-        await ws.close()
-    except Exception:
-        pass
+    await sc.finish(ws, rx, stop=False, timeout=15)
     return res
 
 
@@ -214,22 +186,11 @@ def section_loading(ctx, ck):
         async def main():
             first = asyncio.create_task(sc.stream_async(srv.ws_url, audio, realtime=True, step_ms=100))
             await asyncio.sleep(4.0)
-            samples = []
-            stop = threading.Event()
-
-            def poll():
-                while not stop.is_set():
-                    samples.append((time.time(), srv.metrics().get("sotto_passes_total", 0)))
-                    time.sleep(0.05)
-
-            th = threading.Thread(target=poll)
-            th.start()
-            others = await asyncio.gather(*[sc.stream_async(srv.ws_url, short, model=base, weights=w)
-                                             for w in weights])
-            await asyncio.sleep(0.3)  # a sample after the loads
-            stop.set()
-            th.join()
-            return await first, others, samples
+            with sc.MetricsPoller(srv, lambda m: m.get("sotto_passes_total", 0)) as poll:
+                others = await asyncio.gather(*[sc.stream_async(srv.ws_url, short, model=base, weights=w)
+                                                 for w in weights])
+                await asyncio.sleep(0.3)  # a sample after the loads
+            return await first, others, poll.samples
 
         first, others, samples = sc.run(main())
         # the loads' interval from their log lines (end time, duration); passes of the
@@ -338,17 +299,7 @@ def section_budget(ctx, ck):
             while time.monotonic() < deadline and sum(
                     v for k, v in srv.metrics().items() if k.startswith("sotto_weights_bytes{")) > 160e6:
                 time.sleep(0.2)
-            stop = threading.Event()
-            peaks = []
-
-            def poll():
-                while not stop.is_set():
-                    peaks.append(sum(v for k, v in srv.metrics().items()
-                                     if k.startswith("sotto_weights_bytes{")))
-                    time.sleep(0.05)
-
-            th = threading.Thread(target=poll)
-            th.start()
+            resident = lambda m: sum(v for k, v in m.items() if k.startswith("sotto_weights_bytes{"))  # noqa: E731
 
             async def both():
                 async def post():
@@ -363,10 +314,9 @@ def section_budget(ctx, ck):
 
                 return await asyncio.gather(stream(), post())
 
-            r, (status, body) = sc.run(both())
-            stop.set()
-            th.join()
-            peak = max([peak] + peaks)
+            with sc.MetricsPoller(srv, resident) as poll:
+                r, (status, body) = sc.run(both())
+            peak = max([peak] + poll.values())
             stream_ok = r.ready is not None and not r.errors
             stream_budget = any(e.get("code") == "model_unavailable" and "budget" in e.get("message", "")
                                 for e in r.errors)

@@ -312,12 +312,7 @@ def section_weights(ctx, ck):
 # --- bad input ---------------------------------------------------------------
 
 
-async def _connect(url, ctxssl=None):
-    res = sc.StreamResult()
-    ws = await sc.open_ws(url, ctxssl)
-    res.t_connect = time.monotonic()
-    rx = asyncio.create_task(sc._receiver(ws, res))
-    return ws, res, rx
+_connect = sc.connect
 
 
 async def _expect(res, pred, timeout=30.0):
@@ -328,15 +323,7 @@ def _is_err(code):
     return lambda e: e.get("type") == "error" and e.get("code") == code
 
 
-async def _finish(ws, rx, stop=True, timeout=120):
-    import contextlib
-    if stop:
-        with contextlib.suppress(Exception):
-            await ws.send(json.dumps({"type": "stop"}))
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(rx, timeout)
-    with contextlib.suppress(Exception):
-        await ws.close()
+_finish = sc.finish
 
 
 async def bad_json(url, out):
