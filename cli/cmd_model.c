@@ -16,10 +16,14 @@
 /* The shared model options (model_opts.h) with getopt_long, anywhere on
  * the line; positional arguments are collected into pos[]. Returns the
  * count of positionals, -1 (usage error, message on stderr) or -2 (--help). */
+#define OPT_AUDIO_CTX 0x300
+
+/* audio_ctx: where `sotto encode --audio-ctx N` goes (NULL: not an option here). */
 static int common_args(int argc, char **argv, const char **model, sotto_model_params *mp,
-                       const char **pos, int max_pos) {
+                       const char **pos, int max_pos, int *audio_ctx) {
     static const struct option longopts[] = {CLI_MODEL_LONGOPTS,
                                              {"help", no_argument, NULL, 'h'},
+                                             {"audio-ctx", required_argument, NULL, OPT_AUDIO_CTX},
                                              {NULL, 0, NULL, 0}};
     cli_model_opts o;
     cli_model_opts_init(&o);
@@ -28,6 +32,16 @@ static int common_args(int argc, char **argv, const char **model, sotto_model_pa
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == OPT_AUDIO_CTX && audio_ctx) {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 100000) {
+                fprintf(stderr, "sotto encode: --audio-ctx needs a number of encoder positions\n");
+                return -1;
+            }
+            *audio_ctx = (int)v;
+            continue;
+        }
         int r = cli_model_opt(c, optarg, &o, argv[0]);
         if (r < 0) return -1;
         if (r > 0) continue;
@@ -61,7 +75,7 @@ static size_t current_rss(void) {
 int sotto_cmd_info(int argc, char **argv) {
     const char *model_dir, *pos[1];
     sotto_model_params mp = sotto_model_default_params();
-    int n = common_args(argc, argv, &model_dir, &mp, pos, 0);
+    int n = common_args(argc, argv, &model_dir, &mp, pos, 0, NULL);
     if (n != 0) {
         FILE *f = n == -2 ? stdout : stderr;
         fprintf(f, "usage: sotto info [options]\nPrints the model's dimensions, special tokens and "
@@ -134,12 +148,15 @@ int sotto_cmd_info(int argc, char **argv) {
 int sotto_cmd_encode(int argc, char **argv) {
     const char *model_dir, *pos[2];
     sotto_model_params mp = sotto_model_default_params();
-    int na = common_args(argc, argv, &model_dir, &mp, pos, 2);
+    int audio_ctx = 0; /* 0: the whole window */
+    int na = common_args(argc, argv, &model_dir, &mp, pos, 2, &audio_ctx);
     if (na != 2) {
         FILE *f = na == -2 ? stdout : stderr;
         fprintf(f, "usage: sotto encode [options] FILE.wav OUT.f32\n"
                    "Writes int32 n_ctx, int32 width, then float32 [n_ctx][width]: the encoder\n"
-                   "output of the first 30 s window (features as faster-whisper computes them).\n\n");
+                   "output of the first 30 s window (features as faster-whisper computes them).\n"
+                   "  --audio-ctx N   encode only the window's first N positions (2N frames), as\n"
+                   "                  the server's --audio-ctx does\n\n");
         cli_model_opts_usage(f);
         return na == -2 ? 0 : 2;
     }
@@ -175,12 +192,14 @@ int sotto_cmd_encode(int argc, char **argv) {
     size_t take = n_frames - 1 < SOTTO_N_FRAMES ? n_frames - 1 : SOTTO_N_FRAMES;
     for (int c = 0; c < hp->n_mels; c++)
         memcpy(win + (size_t)c * SOTTO_N_FRAMES, mel + (size_t)c * n_frames, sizeof(float) * take);
-    if (sotto_encode(m, ws, st, win, &err)) {
+    const int n_ctx = audio_ctx ? audio_ctx : hp->n_audio_ctx;
+    const float *wins[1] = {win};
+    if (sotto_encode_batch_ctx(m, ws, &st, wins, &n_ctx, 1, &err)) {
         fprintf(stderr, "sotto encode: %s\n", err.msg);
         goto done;
     }
     f = fopen(pos[1], "wb");
-    int32_t dims[2] = {hp->n_audio_ctx, hp->n_audio_state};
+    int32_t dims[2] = {sotto_state_encoded_positions(st), hp->n_audio_state};
     size_t n = (size_t)dims[0] * dims[1];
     if (!f || fwrite(dims, sizeof dims, 1, f) != 1 ||
         fwrite(sotto_state_encoder_output(st), sizeof(float), n, f) != n) {

@@ -103,7 +103,7 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
         if (prompt) {
             const sotto_state *st = rows[0].st;
             sotto_attention(q, d, st->cross_k + l * per_layer, st->cross_v + l * per_layer, d, att,
-                            d, n, T, H, dh, scale, 0, 0, scratch);
+                            d, n, st->n_ctx, H, dh, scale, 0, 0, scratch);
         } else {
             float *qg = k, *ag = v; /* free after the self-attention */
             for (int i = 0; i < n; i++)
@@ -116,7 +116,7 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
                 float *s = scratch + (size_t)omp_get_thread_num() * per_thread;
                 sotto_attention_rows(qg + (size_t)g0 * d + hd, d, st->cross_k + l * per_layer + hd,
                                      st->cross_v + l * per_layer + hd, d, ag + (size_t)g0 * d + hd,
-                                     d, gn, T, dh, scale, s);
+                                     d, gn, st->n_ctx, dh, scale, s);
             }
             for (int i = 0; i < n; i++)
                 memcpy(att + (size_t)order[i] * d, ag + (size_t)i * d, sizeof(float) * d);

@@ -43,6 +43,7 @@ sotto_state *sotto_state_create(const sotto_model *m, int max_seqs, sotto_err *e
     const sotto_hparams *hp = &m->hp;
     st->m = m;
     st->max_seqs = max_seqs;
+    st->n_ctx = m->hp.n_audio_ctx;
     size_t cross = (size_t)hp->n_text_layer * hp->n_audio_ctx * hp->n_text_state;
     size_t self = (size_t)hp->n_text_layer * max_seqs * hp->n_text_ctx * hp->n_text_state;
     st->enc_out = alloc_floats((size_t)hp->n_audio_ctx * hp->n_audio_state);
@@ -94,6 +95,8 @@ const float *sotto_state_encoder_output(const sotto_state *st) {
         return NULL;
     return st->enc_out;
 }
+
+int sotto_state_encoded_positions(const sotto_state *st) { return st->n_ctx; }
 
 int sotto_state_seq_len(const sotto_state *st, int seq) {
     return seq >= 0 && seq < st->max_seqs ? st->seq_len[seq] : -1;

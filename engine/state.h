@@ -9,9 +9,10 @@ struct sotto_state {
     const sotto_model *m;
     int max_seqs;
     int encoded;
+    int n_ctx;               /* encoder positions of the last encode (<= n_audio_ctx) */
     float *enc_out;          /* [n_audio_ctx][d], host memory */
     /* On a GPU model (on_gpu) these four are device pointers (gpu.h): */
-    float *cross_k, *cross_v; /* [n_text_layer][n_audio_ctx][d] */
+    float *cross_k, *cross_v; /* [n_text_layer][n_audio_ctx][d]; rows < n_ctx valid */
     float *self_k, *self_v;   /* [n_text_layer][max_seqs][n_text_ctx][d] */
     int *seq_len;             /* [max_seqs], host memory */
     int on_gpu;

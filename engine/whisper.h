@@ -155,7 +155,26 @@ int sotto_encode(const sotto_model *model, sotto_workspace *ws, sotto_state *st,
 int sotto_encode_batch(const sotto_model *model, sotto_workspace *ws, sotto_state *const *sts,
                        const float *const *mels, int B, sotto_err *err);
 
-/* The encoder output of the last sotto_encode, [n_audio_ctx][n_audio_state]. */
+/* The same with window b cut to its first n_ctx[b] encoder positions
+ * (1..n_audio_ctx; 2 * n_ctx[b] mel frames of mels[b], whose row stride stays
+ * 3000 frames), as whisper.cpp's audio_ctx: the positional embedding and
+ * the cross-attention are cut to match, so a short window costs in
+ * proportion to its length. Whisper was trained on 30 s windows only: this
+ * changes the transcripts (docs/PERF.md measures by how much). n_ctx NULL:
+ * whole windows. The GPU backend encodes whole windows whatever n_ctx says. */
+int sotto_encode_batch_ctx(const sotto_model *model, sotto_workspace *ws, sotto_state *const *sts,
+                           const float *const *mels, const int *n_ctx, int B, sotto_err *err);
+
+/* Encoder positions for a window of n_samples of audio followed by at least
+ * pad_samples of padding, in whole seconds (50 positions each), at most
+ * n_audio_ctx: the n_ctx to give sotto_encode_batch_ctx for it. */
+int sotto_encoder_positions(const sotto_model *model, size_t n_samples, size_t pad_samples);
+
+/* Encoder positions that hold the last encode of st (n_audio_ctx for a whole window). */
+int sotto_state_encoded_positions(const sotto_state *st);
+
+/* The encoder output of the last sotto_encode, [n_audio_ctx][n_audio_state]
+ * (its first sotto_state_encoded_positions rows are set). */
 const float *sotto_state_encoder_output(const sotto_state *st);
 
 /* Length (tokens already in the KV cache) of sequence `seq`. */

@@ -3,10 +3,13 @@
  *   - batched steps across states and sequences equal single steps;
  *   - sequence copies/permutations of the KV cache;
  *   - results do not depend on the thread count;
+ *   - cut windows (sotto_encode_batch_ctx): independent of their batch, and
+ *     decoding reads no cross-attention row past the positions encoded;
  *   - Whisper's logit rules (suppression, timestamp rules) on handmade logits;
  *   - generate(): greedy == beam 1, callbacks, length limits, seeded sampling.
  */
 #include "check.h"
+#include "state.h" /* white-box: poisons the cross-attention rows past n_ctx */
 #include "generate.h"
 #include "threads.h"
 #include "whisper.h"
@@ -168,6 +171,90 @@ static int count_finite(const float *x, int n) {
     int k = 0;
     for (int i = 0; i < n; i++) k += isfinite(x[i]);
     return k;
+}
+
+/* Windows cut to their first n_ctx encoder positions (whisper.cpp's audio_ctx). */
+static void test_encode_ctx(const sotto_model *m, const float *win) {
+    const sotto_hparams *hp = sotto_model_hparams(m);
+    const int T = hp->n_audio_ctx, d = hp->n_audio_state, V = hp->n_vocab;
+    const size_t nw = (size_t)hp->n_mels * SOTTO_N_FRAMES;
+    sotto_err err;
+    sotto_workspace *ws = sotto_workspace_create();
+    float *w2 = malloc(sizeof(float) * nw), *w3 = malloc(sizeof(float) * nw);
+    for (size_t i = 0; i < nw; i++) w2[i] = win[nw - 1 - i], w3[i] = win[i] * 0.5f - 0.25f;
+    const float *mels[3] = {win, w2, w3};
+
+    /* n_ctx = n_audio_ctx everywhere is exactly the whole-window encoder */
+    sotto_state *a = sotto_state_create(m, 1, &err), *b = sotto_state_create(m, 1, &err);
+    int full[1] = {T};
+    CHECK(sotto_encode(m, ws, a, win, &err) == 0);
+    CHECK(sotto_encode_batch_ctx(m, ws, &b, mels, full, 1, &err) == 0);
+    CHECK(memcmp(sotto_state_encoder_output(a), sotto_state_encoder_output(b),
+                 sizeof(float) * (size_t)T * d) == 0);
+    CHECK_EQ_INT(sotto_state_encoded_positions(b), T);
+
+    /* three windows of different lengths in one batch == each alone */
+    int n_ctx[3] = {T, 500, 150};
+    sotto_state *one[3], *bat[3];
+    for (int i = 0; i < 3; i++) {
+        one[i] = sotto_state_create(m, 1, &err);
+        bat[i] = sotto_state_create(m, 1, &err);
+        CHECK(sotto_encode_batch_ctx(m, ws, &one[i], &mels[i], &n_ctx[i], 1, &err) == 0);
+        CHECK_EQ_INT(sotto_state_encoded_positions(one[i]), n_ctx[i]);
+    }
+    CHECK(sotto_encode_batch_ctx(m, ws, bat, mels, n_ctx, 3, &err) == 0);
+    for (int i = 0; i < 3; i++) {
+        double e = check_rel_err_f(sotto_state_encoder_output(bat[i]), sotto_state_encoder_output(one[i]),
+                                   (size_t)n_ctx[i] * d);
+        CHECK_MSG(e < 1e-4, "window %d (%d positions): batched vs alone: %g", i, n_ctx[i], e);
+        CHECK_EQ_INT(sotto_state_encoded_positions(bat[i]), n_ctx[i]);
+    }
+    /* a cut window is not the whole window's first rows: attention saw less */
+    CHECK(check_rel_err_f(sotto_state_encoder_output(one[2]), sotto_state_encoder_output(a),
+                          (size_t)150 * d) > 1e-3);
+
+    /* decoding after a cut encode reads only its rows: NaN in every row past
+       them changes nothing (prompt and step paths) */
+    int32_t toks[3] = {sotto_model_special(m)->sot, 1002, 257};
+    int want[3] = {0, 1, 2};
+    float *la = malloc(sizeof(float) * V * 4), *lb = malloc(sizeof(float) * V * 4);
+    sotto_state *c = sotto_state_create(m, 1, &err);
+    CHECK(sotto_encode(m, ws, c, w3, &err) == 0); /* whole window first: stale rows behind */
+    CHECK(sotto_encode_batch_ctx(m, ws, &c, &mels[2], &n_ctx[2], 1, &err) == 0);
+    CHECK(sotto_decode_tokens(m, ws, one[2], 0, toks, 3, want, 3, la, &err) == 0);
+    const size_t per_layer = (size_t)T * hp->n_text_state;
+    for (int l = 0; l < hp->n_text_layer; l++)
+        for (size_t r = (size_t)n_ctx[2] * hp->n_text_state; r < per_layer; r++)
+            c->cross_k[l * per_layer + r] = c->cross_v[l * per_layer + r] = NAN;
+    CHECK(sotto_decode_tokens(m, ws, c, 0, toks, 3, want, 3, lb, &err) == 0);
+    CHECK(count_finite(lb, 3 * V) == 3 * V);
+    CHECK_MSG(check_rel_err_f(lb, la, (size_t)V * 3) < 1e-5, "prompt after a cut encode: %g",
+              check_rel_err_f(lb, la, (size_t)V * 3));
+    int32_t next = 764;
+    int seq = 0;
+    sotto_state *sc1[1] = {one[2]}, *sc2[1] = {c};
+    CHECK(sotto_decode_step(m, ws, sc1, &seq, &next, 1, la + 3 * V, &err) == 0);
+    CHECK(sotto_decode_step(m, ws, sc2, &seq, &next, 1, lb + 3 * V, &err) == 0);
+    CHECK(count_finite(lb + 3 * V, V) == V);
+    CHECK_MSG(check_rel_err_f(lb + 3 * V, la + 3 * V, V) < 1e-5, "step after a cut encode: %g",
+              check_rel_err_f(lb + 3 * V, la + 3 * V, V));
+
+    /* bounds */
+    int bad[2] = {0, T + 1};
+    CHECK(sotto_encode_batch_ctx(m, ws, &a, mels, &bad[0], 1, &err) == SOTTO_E_INVALID);
+    CHECK(sotto_encode_batch_ctx(m, ws, &a, mels, &bad[1], 1, &err) == SOTTO_E_INVALID);
+    /* positions for an amount of audio: whole seconds of 50, at least 1 s, at most 30 s */
+    CHECK_EQ_INT(sotto_encoder_positions(m, 0, 0), 50);
+    CHECK_EQ_INT(sotto_encoder_positions(m, 16000, 0), 50);
+    CHECK_EQ_INT(sotto_encoder_positions(m, 16001, 0), 100);
+    CHECK_EQ_INT(sotto_encoder_positions(m, 5 * 16000 + 1, 16000), 350);
+    CHECK_EQ_INT(sotto_encoder_positions(m, 29 * 16000, 16000), T);
+    CHECK_EQ_INT(sotto_encoder_positions(m, 40 * 16000, 16000), T);
+
+    for (int i = 0; i < 3; i++) sotto_state_free(one[i]), sotto_state_free(bat[i]);
+    sotto_state_free(a), sotto_state_free(b), sotto_state_free(c);
+    free(w2), free(w3), free(la), free(lb);
+    sotto_workspace_free(ws);
 }
 
 static void test_rules(void) {
@@ -346,6 +433,7 @@ int main(void) {
         test_decoder_consistency(m, win);
         test_threads(m, win);
         test_encode_batch(m, win);
+        test_encode_ctx(m, win);
         test_generate(m, win);
         free(win);
         sotto_model_free(m);
