@@ -8,6 +8,7 @@ audio (the same packets the streaming test sends). docs/PERF.md's table
 "Accuracy: streamed finals vs the offline CLI" was made with this command.
 
   python3 bench/bench_stream_wer.py --start '{"vad": {"silence_ms": 800}}' --variant opus
+  python3 bench/bench_stream_wer.py --server-args "--audio-ctx all"
 """
 import argparse
 import ctypes
@@ -53,28 +54,42 @@ def main():
     ap.add_argument("--model", default=os.path.join(rc.REPO, "models", "tiny.en"))
     ap.add_argument("--manifest", default=rc.DEFAULT_MANIFEST)
     ap.add_argument("--start", default="{}", help="JSON fields added to every start message")
+    ap.add_argument("--server-args", default="", help="extra sotto-server options, e.g. '--audio-ctx all'")
     ap.add_argument("--variant", default="s16_16k", help="s16_16k | s16_48k | opus | f32_16k")
     ap.add_argument("--offline-opus", action="store_true")
+    ap.add_argument("--realtime", action="store_true",
+                    help="send the audio at real-time pace (partial passes every step, as live clients)")
+    ap.add_argument("--concurrency", type=int, default=2, help="sessions at a time (default 2)")
     ap.add_argument("--dump", help="write {clip id: hypothesis} as JSON to this file, to compare runs")
+    ap.add_argument("--paired-with", metavar="DUMP",
+                    help="a --dump of another run: print WER(this) - WER(that) with a paired bootstrap "
+                         "95%% interval over the clips, and the clips that moved most")
+    ap.add_argument("--compare-only", action="store_true",
+                    help="with --paired-with and --dump: compare the two dumps, stream nothing")
     args = ap.parse_args()
     rows = rc.load_manifest(args.manifest, {"en"})
     tmp = tempfile.mkdtemp(prefix="sotto-wer-")
     t0 = time.monotonic()
-    if args.offline_opus:
+    if args.compare_only:
+        with open(args.dump) as f:
+            hyps = json.load(f)
+        label = f"dump {args.dump}"
+    elif args.offline_opus:
         hyps = offline_opus(args, rows, tmp)
         label = "offline CLI on the Opus-decoded audio"
     else:
         start = json.loads(args.start)
-        srv = sc.Server(args.server, args.model, ["--max-buffer-s", "600"]).start()
+        srv = sc.Server(args.server, args.model, ["--max-buffer-s", "600"] + args.server_args.split()).start()
         try:
             audios = {r["id"]: sc.load_clip(r["file"], args.variant, tmp) for r in rows}
-            res = sc.run(sc.stream_many(srv.ws_url, audios, concurrency=2, wait_ready=False,
-                                        start=start))
+            res = sc.run(sc.stream_many(srv.ws_url, audios, concurrency=args.concurrency, wait_ready=False,
+                                        start=start, realtime=args.realtime))
         finally:
             srv.stop()
         hyps = {k: v.transcript for k, v in res.items()}
-        label = f"streamed {args.variant}, start {start}"
-    if args.dump:
+        label = (f"streamed {args.variant}{' at real-time pace' if args.realtime else ''}, "
+                 f"{args.concurrency} at a time, start {start}") + (f", server {args.server_args}" if args.server_args else "")
+    if args.dump and not args.compare_only:
         with open(args.dump, "w") as f:
             json.dump(hyps, f, indent=1, sort_keys=True)
     short = [r for r in rows if not r["id"].startswith("long_")]
@@ -82,6 +97,29 @@ def main():
     w_short = rc.corpus_wer([r["text"] for r in short], [hyps[r["id"]] for r in short])
     print(f"{label}: corpus WER {w:.2f}% over {len(rows)} clips ({w_short:.2f}% without the "
           f"long chapter), {time.monotonic() - t0:.0f} s")
+    if args.paired_with:
+        paired(rows, hyps, args.paired_with)
+
+
+def paired(rows, hyps, other_path):
+    """Paired bootstrap of this run's WER minus another dump's (bench_quant.py's statistics)."""
+    import numpy as np
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_quant as bq
+    with open(other_path) as f:
+        other = json.load(f)
+    rows = [r for r in rows if r["id"] in other]
+    refs = [rc.normalize(r["text"]) for r in rows]
+    e_a, n = bq.clip_errors(refs, [rc.normalize(hyps[r["id"]]) for r in rows])
+    e_b, _ = bq.clip_errors(refs, [rc.normalize(other[r["id"]]) for r in rows])
+    lo, hi = bq.bootstrap_diff(e_a, e_b, n, 10000, 1)
+    d = 100.0 * (e_a.sum() - e_b.sum()) / max(1, n.sum())
+    print(f"vs {other_path}: {d:+.2f} pp [{lo:+.2f}, {hi:+.2f}] (paired bootstrap 95%, {len(rows)} clips, "
+          f"{int(n.sum())} words); clips better {int((e_a < e_b).sum())}, worse {int((e_a > e_b).sum())}, "
+          f"same {int((e_a == e_b).sum())}")
+    for i in np.argsort(-np.abs(e_a - e_b))[:5]:
+        if e_a[i] != e_b[i]:
+            print(f"  {rows[i]['id']}: {int(e_b[i])} -> {int(e_a[i])} errors of {int(n[i])} words")
 
 
 if __name__ == "__main__":

@@ -143,6 +143,12 @@ char *srv_metrics_render(srv *s, size_t *len) {
     counter(&o, "sotto_passes_fallback_total",
             "final passes that failed the guardrails and were decoded again at higher temperatures",
             atomic_load(&m->fallback_passes));
+    counter(&o, "sotto_encoder_windows_total", "windows encoded (one per pass)",
+            atomic_load(&m->encoded_windows));
+    counter_s(&o, "sotto_encoder_seconds_total",
+            "audio seconds the encoder ran over (30 per whole window; less per window cut by "
+            "--audio-ctx)",
+            atomic_load(&m->encoded_positions) / 50.0);
     gauge(&o, "sotto_step_scale",
           "the overload policy: every session's step is its own times this (1: not behind)",
           atomic_load(&m->step_scale_pm) / 1000.0);

@@ -46,6 +46,11 @@ static void usage(FILE *f) {
             "  --overload-wait-ms MS  a due pass that waits longer (times the step scale) means\n"
             "                         the worker is behind: every session's step grows, up to\n"
             "                         4x, then new sessions get `overloaded` (default 1000)\n"
+            "  --audio-ctx M          full | partials | all: which passes encode only the audio\n"
+            "                         they hold (plus --audio-ctx-pad-ms, in whole seconds)\n"
+            "                         instead of a 30 s window (default partials: final passes\n"
+            "                         keep the whole window; docs/PERF.md)\n"
+            "  --audio-ctx-pad-ms MS  padding kept after the audio of a cut window (default 1000)\n"
             "  --web DIR              static files served at / (default: the repository's web/)\n"
             "  --tls-cert FILE --tls-key FILE   serve https/wss\n"
             "  --api-key KEY          a key every endpoint but /healthz, /metrics, /v1/info and feed\n"
@@ -82,6 +87,8 @@ void srv_options_default(srv_options *o) {
     o->max_frame_bytes = 1 << 20;
     o->max_batch = 8;
     o->overload_wait_ms = 1000;
+    o->audio_ctx = SRV_AUDIO_CTX_PARTIALS;
+    o->audio_ctx_pad_ms = 1000;
     o->vad_kind = SOTTO_VAD_SILERO;
     o->max_upload_mb = 25;
     o->max_upload_s = 3600;
@@ -170,6 +177,7 @@ static int set(srv_options *o, const char *key, const char *val) {
     NUM("threads", threads, 0, 1024)
     NUM("max-batch", max_batch, 1, 16)
     NUM("overload-wait-ms", overload_wait_ms, 20, 600000)
+    NUM("audio-ctx-pad-ms", audio_ctx_pad_ms, 0, 30000)
     NUM("max-upload-mb", max_upload_mb, 0.01, 2000)
     NUM("max-upload-s", max_upload_s, 1, 86400)
     NUM("batch-queue", batch_queue, 1, 1000)
@@ -208,6 +216,14 @@ static int set(srv_options *o, const char *key, const char *val) {
     } else if (!strcmp(key, "device")) {
         if (sotto_device_parse(val, &o->device)) {
             fprintf(stderr, "sotto-server: unknown device '%s' (cpu, auto or cuda)\n", val);
+            return -1;
+        }
+    } else if (!strcmp(key, "audio-ctx")) {
+        if (!strcmp(val, "full")) o->audio_ctx = SRV_AUDIO_CTX_FULL;
+        else if (!strcmp(val, "partials")) o->audio_ctx = SRV_AUDIO_CTX_PARTIALS;
+        else if (!strcmp(val, "all")) o->audio_ctx = SRV_AUDIO_CTX_ALL;
+        else {
+            fprintf(stderr, "sotto-server: unknown --audio-ctx '%s' (full, partials or all)\n", val);
             return -1;
         }
     } else if (!strcmp(key, "web")) {
@@ -284,7 +300,7 @@ static const char *const k_keys[] = {
     "port", "memory-budget-mb", "max-sessions", "max-connections", "max-connections-per-ip",
     "max-detached", "start-timeout-s", "idle-timeout-s", "max-buffer-s", "resume-grace-s",
     "idle-unload-s", "drain-s", "max-frame-bytes", "threads", "max-batch", "overload-wait-ms",
-    "max-upload-mb",
+    "audio-ctx-pad-ms", "audio-ctx", "max-upload-mb",
     "max-upload-s", "batch-queue", "batch-threads", "host", "model", "weights",
     "default-weights", "device", "web", "tls-cert", "tls-key", "api-key", "api-keys-file", "vad",
     "vad-model", "log-level", "config"};

@@ -40,6 +40,9 @@ struct lws_context;
 #define SRV_MAX_MODELS 8
 #define SRV_MAX_API_KEYS 16
 
+/* --audio-ctx: which passes encode only the audio they hold (issue 19). */
+typedef enum { SRV_AUDIO_CTX_FULL, SRV_AUDIO_CTX_PARTIALS, SRV_AUDIO_CTX_ALL } srv_audio_ctx;
+
 typedef struct srv_options {
     char host[128];           /* listen address ("" = all) */
     int port;
@@ -63,6 +66,8 @@ typedef struct srv_options {
     int threads;
     int max_batch;            /* sessions decoded together */
     double overload_wait_ms;  /* the overload policy: a pass that waited longer is behind */
+    int audio_ctx;            /* srv_audio_ctx: which passes encode only their audio */
+    double audio_ctx_pad_ms;  /* padding kept after the audio of such a window */
     char web_dir[1024];
     char tls_cert[1024], tls_key[1024];
     char *api_keys[SRV_MAX_API_KEYS]; /* every endpoint but health, metrics, info, viewers; none = open */
@@ -115,6 +120,7 @@ typedef struct srv_metrics {
     _Atomic uint64_t audio_in_samples, audio_final_samples, audio_dropped_samples;
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
     _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
+    _Atomic uint64_t encoded_positions, encoded_windows; /* --audio-ctx: encoder work done */
     _Atomic uint64_t feed_viewers_total, feed_viewers_dropped;
     _Atomic uint64_t connections_rejected, auth_failures, timeouts, sessions_evicted, tokens_issued;
     _Atomic int connections; /* WebSocket connections open now */

@@ -322,8 +322,21 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
     /* 2: one batched encoder pass over all windows (the weights are read once) */
     sotto_state *sts[MAX_BATCH];
     const float *mels[MAX_BATCH];
-    for (int i = 0; i < nc; i++) sts[i] = sm->states[i], mels[i] = ctx[i].win;
-    int erc = nc ? sotto_encode_batch(m, ws, sts, mels, nc, &err) : SOTTO_OK;
+    int n_ctx[MAX_BATCH];
+    const int mode = s->opt.audio_ctx;
+    const size_t pad = (size_t)(s->opt.audio_ctx_pad_ms * 16.0);
+    for (int i = 0; i < nc; i++) {
+        sts[i] = sm->states[i], mels[i] = ctx[i].win;
+        /* --audio-ctx: a cut window costs in proportion to its audio */
+        int cut = mode == SRV_AUDIO_CTX_ALL || (mode == SRV_AUDIO_CTX_PARTIALS && !ctx[i].pass->final);
+        n_ctx[i] = cut ? sotto_encoder_positions(m, ctx[i].pass->n, pad) : sotto_model_hparams(m)->n_audio_ctx;
+    }
+    int erc = nc ? sotto_encode_batch_ctx(m, ws, sts, mels, n_ctx, nc, &err) : SOTTO_OK;
+    if (!erc)
+        for (int i = 0; i < nc; i++) {
+            atomic_fetch_add(&s->m.encoded_windows, 1);
+            atomic_fetch_add(&s->m.encoded_positions, (uint64_t)sotto_state_encoded_positions(sts[i]));
+        }
     if (erc) {
         SOTTO_WARN("encoder batch of %d failed: %s", nc, err.msg);
         for (int i = 0; i < nc; i++) engine_result(s, ctx[i].ss, 0, err.msg);
