@@ -207,6 +207,7 @@ typedef struct srv_session {
     int worker_busy;          /* a pass of this session is running (srv->lock) */
     double pass_due_since;    /* when a pass became due: when its audio arrived, or its previous pass ended
                                  (session lock; the scheduler's age, the overload policy, metrics) */
+    sotto_pace pace;          /* audio per wall second (scheduler.h): is the client real-time? */
     int language_detected;    /* "auto" resolved on the first pass */
     uint64_t final_samples_seen;
     int engine_failures;      /* passes in a row the engine could not run (worker) */

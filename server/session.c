@@ -38,6 +38,7 @@ srv_session *srv_session_new(srv *s) {
     ss->first_kept = 1;
     ss->refs = 1; /* the table's */
     ss->owner = -1;
+    sotto_pace_init(&ss->pace);
     random_hex(ss->token, 16);
     pthread_mutex_lock(&s->lock);
     ss->id = ++s->next_id;
@@ -161,6 +162,7 @@ void srv_session_push_locked(srv *s, srv_session *ss, const float *x, size_t n) 
     if (ss->pass_due_since == 0 && sotto_dictation_pass_due(ss->dict)) ss->pass_due_since = srv_now();
     sotto_dictation_stats st; /* audio the backlog bound dropped, for /metrics */
     sotto_dictation_get_stats(ss->dict, &st);
+    sotto_pace_update(&ss->pace, st.samples_in, srv_now());
     atomic_fetch_add(&s->m.audio_dropped_samples, st.samples_dropped - ss->dropped_samples_seen);
     ss->dropped_samples_seen = st.samples_dropped;
 }

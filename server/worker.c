@@ -491,21 +491,25 @@ static void publish_load(srv *s, const sotto_load *l) {
 typedef struct due_list {
     srv_session **ss;
     sotto_sched_cand *c;
+    double *late; /* how late each pass is (its wait, or the lag of merged steps) */
     int n, cap;
 } due_list;
 
-static int due_push(due_list *d, srv_session *ss, double due_since) {
+static int due_push(due_list *d, srv_session *ss, double due_since, double late) {
     if (d->n == d->cap) {
         int cap = d->cap ? d->cap * 2 : 64;
         srv_session **a = realloc(d->ss, sizeof *a * (size_t)cap);
         if (a) d->ss = a;
         sotto_sched_cand *c = a ? realloc(d->c, sizeof *c * (size_t)cap) : NULL;
         if (c) d->c = c;
-        if (!a || !c) return -1; /* this scan goes without it; the next one retries */
+        double *l = c ? realloc(d->late, sizeof *l * (size_t)cap) : NULL;
+        if (l) d->late = l;
+        if (!a || !c || !l) return -1; /* this scan goes without it; the next one retries */
         d->cap = cap;
     }
     d->ss[d->n] = ss;
     d->c[d->n] = (sotto_sched_cand){ss->sm, due_since};
+    d->late[d->n] = late;
     d->n++;
     return 0;
 }
@@ -550,13 +554,21 @@ static void *worker_main(void *arg) {
             if (due && ss->pass_due_since == 0) ss->pass_due_since = now;
             if (!due) ss->pass_due_since = 0;
             double due_since = ss->pass_due_since;
+            /* how late the pass is: its wait, or the lag merged steps hide (scheduler.h) */
+            double late = due ? now - due_since : 0.0;
+            if (due) {
+                double lag = sotto_sched_merged_lag(sotto_dictation_pending_samples(ss->dict) / 16000.0,
+                                                    sotto_dictation_step_ms(ss->dict) / 1000.0,
+                                                    ss->pace.pace);
+                if (lag > late) late = lag;
+            }
             pthread_mutex_unlock(&ss->lock);
             if (needs_init && n_init < MAX_BATCH) {
                 ss->refs++;
                 ss->worker_busy = 1;
                 init[n_init++] = ss;
             } else if (due) {
-                due_push(&due_l, ss, due_since);
+                due_push(&due_l, ss, due_since, late);
             } else if (done && n_finish < MAX_BATCH) {
                 ss->refs++;
                 finish[n_finish++] = ss;
@@ -574,8 +586,10 @@ static void *worker_main(void *arg) {
         if (n_batch) {
             bm = batch[0]->sm;
             last_variant = bm;
-            if (sotto_load_on_batch(&load, now - due_l.c[pick[0]].due_since, now))
-                publish_load(s, &load);
+            double late = 0.0; /* the latest pass of the batch decides */
+            for (int i = 0; i < n_batch; i++)
+                if (due_l.late[pick[i]] > late) late = due_l.late[pick[i]];
+            if (sotto_load_on_batch(&load, late, now)) publish_load(s, &load);
         }
         if (!n_init && !n_batch && !n_finish) {
             if (sotto_load_on_idle(&load, now)) publish_load(s, &load);
@@ -610,6 +624,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&s->lock);
     free(due_l.ss);
     free(due_l.c);
+    free(due_l.late);
     sotto_workspace_free(ws);
     return NULL;
 }

@@ -388,6 +388,11 @@ int sotto_dictation_pass_due(const sotto_dictation *d) {
     return d->open.id && d->total - d->last_pass_end >= (uint64_t)d->p.step_ms * SR / 1000;
 }
 
+size_t sotto_dictation_pending_samples(const sotto_dictation *d) {
+    if (d->n_closed || !d->open.id || d->total < d->last_pass_end) return 0;
+    return (size_t)(d->total - d->last_pass_end);
+}
+
 const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     if (!sotto_dictation_pass_due(d)) return NULL;
     window *w = d->n_closed ? &d->closed[0] : &d->open;

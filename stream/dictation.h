@@ -122,6 +122,9 @@ int sotto_dictation_step_ms(const sotto_dictation *d);
 
 /* 1 if a pass is due and none is in flight. */
 int sotto_dictation_pass_due(const sotto_dictation *d);
+/* Samples of the open utterance that no pass has covered yet (what the next
+ * partial pass adds); 0 while a final pass is waiting or nothing is open. */
+size_t sotto_dictation_pending_samples(const sotto_dictation *d);
 
 /* Hands out the due pass (NULL if none); it stays valid until completed. */
 const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d);

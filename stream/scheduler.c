@@ -100,3 +100,27 @@ int sotto_load_step_ms(const sotto_load *l, int base_ms, int max_ms) {
     if (s < base_ms) s = base_ms;
     return (int)(s + 0.5);
 }
+
+void sotto_pace_init(sotto_pace *p) {
+    p->t0 = -1.0;
+    p->samples0 = 0;
+    p->pace = -1.0;
+}
+
+void sotto_pace_update(sotto_pace *p, unsigned long long samples_total, double now) {
+    if (p->t0 < 0) {
+        p->t0 = now;
+        p->samples0 = samples_total;
+        return;
+    }
+    double dt = now - p->t0;
+    if (dt < SOTTO_PACE_WINDOW_S) return;
+    p->pace = (double)(samples_total - p->samples0) / 16000.0 / dt;
+    p->t0 = now;
+    p->samples0 = samples_total;
+}
+
+double sotto_sched_merged_lag(double pending_s, double step_s, double pace) {
+    if (pace < 0 || pace > SOTTO_PACE_REALTIME_MAX) return 0.0;
+    return pending_s > step_s ? pending_s - step_s : 0.0;
+}

@@ -80,4 +80,35 @@ void sotto_load_busy(sotto_load *l, double seconds);
 /* A session's step under the current scale, within [base_ms, max_ms]. */
 int sotto_load_step_ms(const sotto_load *l, int base_ms, int max_ms);
 
+/* ---- merged steps ------------------------------------------------------------
+ * A session's next pass is not due while its previous one runs, so when a
+ * batch takes longer than the step, the sessions' next passes become due
+ * the moment it ends and no pass is seen to wait: the steps merge (fewer,
+ * longer passes) instead. For a client that streams at real-time pace the
+ * audio a partial pass covers beyond one step is the lag it did not see:
+ * the audio arrived that much earlier than its pass. A client that streams
+ * faster than real time (a file sent as fast as the server takes it) always
+ * has audio beyond the step, and that says nothing about load: it is left out. */
+
+/* A session's pace: audio seconds received per wall second, measured over
+ * windows of at least SOTTO_PACE_WINDOW_S. */
+#define SOTTO_PACE_WINDOW_S 2.0
+typedef struct sotto_pace {
+    double t0;            /* the current window began (s; < 0: not started) */
+    unsigned long long samples0; /* samples received when it began */
+    double pace;          /* of the last complete window; < 0 until one is */
+} sotto_pace;
+
+void sotto_pace_init(sotto_pace *p);
+/* samples_total: all 16 kHz samples received so far, at time now. */
+void sotto_pace_update(sotto_pace *p, unsigned long long samples_total, double now);
+
+/* A client counts as real-time paced at most this fast (jitter, bursts after a stall). */
+#define SOTTO_PACE_REALTIME_MAX 1.25
+
+/* The lag a partial pass taken now hides by merging steps: pending_s of
+ * audio not yet in a pass minus one step_s, for a session whose pace is
+ * known and real-time (<= SOTTO_PACE_REALTIME_MAX); 0 otherwise. */
+double sotto_sched_merged_lag(double pending_s, double step_s, double pace);
+
 #endif

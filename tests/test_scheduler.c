@@ -78,6 +78,10 @@ typedef struct sim_params {
                             list, all on the first one's variant; no overload policy */
     int end_at;          /* sessions from keep on end at this second (0: never) */
     int keep;
+    int merged;          /* as the server: a pass in flight holds the session's next one, which
+                            becomes due when its batch ends (its wait counts from then) */
+    int lag_signal;      /* with merged: real-time clients' merged lag feeds the policy too */
+    int start_together;  /* every session's first pass is due at 0 (no stagger) */
     const sotto_load_params *lp;
 } sim_params;
 
@@ -94,12 +98,13 @@ typedef struct sim_result {
 
 static void simulate(const sim_params *p, sim_result *r) {
     memset(r, 0, sizeof *r);
-    int variant_tag[MAX_S];
-    double due[MAX_S];
+    int variant_tag[MAX_S]; /* the variant of session i is &variant_tag[variant_tag[i]]: one address per variant */
+    double due[MAX_S], last_take[MAX_S];
     int alive[MAX_S];
     for (int i = 0; i < p->sessions; i++) {
         variant_tag[i] = i % p->variants;
-        due[i] = 0.05 * i; /* staggered starts */
+        due[i] = p->start_together ? 0.0 : 0.05 * i; /* staggered starts */
+        last_take[i] = due[i] - p->base_step_ms / 1000.0;
         alive[i] = 1;
     }
     sotto_load l;
@@ -116,7 +121,7 @@ static void simulate(const sim_params *p, sim_result *r) {
         for (int i = 0; i < p->sessions; i++) {
             if (!alive[i]) continue;
             if (due[i] <= now) {
-                c[n] = (sotto_sched_cand){&variant_tag[i], due[i]};
+                c[n] = (sotto_sched_cand){&variant_tag[variant_tag[i]], due[i]};
                 idx[n++] = i;
             } else if (due[i] < next) {
                 next = due[i];
@@ -147,8 +152,14 @@ static void simulate(const sim_params *p, sim_result *r) {
         if (last && v != last) r->variant_switches++;
         last = v;
         double oldest = 0;
+        int cur_step = p->old_policy ? p->base_step_ms : sotto_load_step_ms(&l, p->base_step_ms, 10000);
         for (int j = 0; j < k; j++) {
             double w = now - c[out[j]].due_since;
+            /* clients at real-time pace: the audio since the last pass arrived at 1 s/s */
+            if (p->lag_signal) {
+                double lag = sotto_sched_merged_lag(now - last_take[idx[out[j]]], cur_step / 1000.0, 1.0);
+                if (lag > w) w = lag;
+            }
             if (w > oldest) oldest = w;
         }
         if (!p->old_policy) {
@@ -167,10 +178,14 @@ static void simulate(const sim_params *p, sim_result *r) {
             r->passes[i]++;
             if (w > r->max_wait[i]) r->max_wait[i] = w;
             if (now > 0.75 * p->seconds && w > r->max_wait_tail) r->max_wait_tail = w;
-            /* the next pass: a step of new audio after this one's end */
+            /* the next pass: a step of new audio after this one's start */
             due[i] = now + step_ms / 1000.0;
+            last_take[i] = now;
         }
         double cost = p->per_batch_s + p->per_pass_s * k;
+        if (p->merged) /* not due before its batch ends, and seen as due only from then */
+            for (int j = 0; j < k; j++)
+                if (due[idx[out[j]]] < now + cost) due[idx[out[j]]] = now + cost;
         if (!p->old_policy) sotto_load_busy(&l, cost);
         now += cost;
     }
@@ -331,11 +346,71 @@ static void test_controller(void) {
     CHECK(l.admit);
 }
 
+/* Merged steps: one variant, every session in each batch, batches longer
+ * than the step. As in the server, a session's next pass is due only when
+ * its batch ends, so no pass is seen to wait and the waits alone never
+ * engage the policy. With the lag of real-time clients
+ * (sotto_sched_merged_lag) it stretches the step until the lag is within
+ * its bound, and refuses new sessions when even the longest step is not
+ * enough. */
+static void test_merged_steps(void) {
+    sotto_load_params lp = sotto_load_default_params();
+    sim_params p = {.sessions = 12, .variants = 1, .per_batch_s = 0.3, .per_pass_s = 0.15,
+                    .max_batch = 16, .base_step_ms = 1000, .seconds = 120, .merged = 1,
+                    .start_together = 1, .lp = &lp};
+    sim_result blind, seen;
+    simulate(&p, &blind);
+    p.lag_signal = 1;
+    simulate(&p, &seen);
+    printf("merged steps, 12 sessions in 2.1 s batches: waits only: scale %.2f, %d passes each; "
+           "with the lag: scale %.2f, %d..%d passes each, admission %s\n",
+           blind.max_scale, min_passes(&blind, 0, 12), seen.final_scale, min_passes(&seen, 0, 12),
+           max_passes(&seen, 0, 12), seen.open_at_end ? "open" : "closed");
+    CHECK_MSG(blind.max_scale == 1.0 && !blind.closed_ever,
+              "without the lag the policy should not see merged steps: %.2f", blind.max_scale);
+    /* 2.1 s batches: a lag of 1.1 s at a 1 s step, 0.6 s at 1.5 s (within its bound) */
+    CHECK_MSG(seen.final_scale >= 1.5 - 1e-9, "the step should stretch: %.2f", seen.final_scale);
+    CHECK(seen.open_at_end && !seen.closed_ever);
+    CHECK(seen.mixed_batches == 0 && seen.oversized_batches == 0);
+    CHECK(max_passes(&seen, 0, 12) - min_passes(&seen, 0, 12) <= 2);
+
+    /* 9.9 s batches: more than a 4 s step can hide (lag 5.9 s > 4 s): admission closes */
+    p.per_pass_s = 0.8;
+    p.lag_signal = 0;
+    simulate(&p, &blind);
+    p.lag_signal = 1;
+    simulate(&p, &seen);
+    printf("merged steps, 12 sessions in 9.9 s batches: waits only: scale %.2f, admission %s; "
+           "with the lag: closed at scale %.2f\n", blind.max_scale,
+           blind.closed_ever ? "closed" : "never closed", seen.scale_when_closed);
+    CHECK(blind.max_scale == 1.0 && !blind.closed_ever);
+    CHECK(seen.closed_ever && seen.scale_when_closed >= 4.0 - 1e-9);
+
+    /* the pace estimate: real time, twice real time, a stall */
+    sotto_pace pc;
+    sotto_pace_init(&pc);
+    CHECK(pc.pace < 0);
+    unsigned long long n = 0;
+    double t = 10.0;
+    for (int i = 0; i <= 30; i++, t += 0.1, n += 1600) sotto_pace_update(&pc, n, t);
+    CHECK_NEAR(pc.pace, 1.0, 0.06);
+    for (int i = 0; i <= 50; i++, t += 0.1, n += 3200) sotto_pace_update(&pc, n, t);
+    CHECK_NEAR(pc.pace, 2.0, 0.1);
+    for (int i = 0; i <= 50; i++, t += 0.1) sotto_pace_update(&pc, n, t);
+    CHECK(pc.pace < 0.05);
+    /* the lag counts only for a known real-time pace */
+    CHECK_NEAR(sotto_sched_merged_lag(3.0, 1.0, 1.0), 2.0, 1e-12);
+    CHECK_NEAR(sotto_sched_merged_lag(0.5, 1.0, 1.0), 0.0, 1e-12);
+    CHECK_NEAR(sotto_sched_merged_lag(3.0, 1.0, 2.0), 0.0, 1e-12);  /* a file sent fast */
+    CHECK_NEAR(sotto_sched_merged_lag(3.0, 1.0, -1.0), 0.0, 1e-12); /* pace not known yet */
+}
+
 int main(void) {
     test_pick();
     test_controller();
     test_light();
     test_overload_absorbed();
     test_overload_admission();
+    test_merged_steps();
     return check_report();
 }
