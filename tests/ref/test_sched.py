@@ -108,14 +108,20 @@ async def try_start(url, audio):
     return res
 
 
-def section_overload(ctx, ck):
+def first_30s(ctx, name):
+    """(the long clip's Audio, its first 30 s, the offline CLI's words on those 30 s)."""
     a = ctx.args
     full = sc.load_clip(ctx.by_id[LONG_CLIP]["file"], "s16_16k", ctx.tmp)
     audio = full.head(30.0)
-    wav = os.path.join(ctx.tmp, "overload30.wav")
+    wav = os.path.join(ctx.tmp, f"{name}30.wav")
     write_wav(wav, b"".join(audio.messages))
     off = rc.run_sotto(a.sotto, a.model, [wav], ["--beam", "1", "--temperature", "0"], threads=1)
-    off_words = words(off[wav]["text"])
+    return full, audio, words(off[wav]["text"])
+
+
+def section_overload(ctx, ck):
+    a = ctx.args
+    full, audio, off_words = first_30s(ctx, "overload")
     short = sc.load_clip(ctx.by_id[SHORT_CLIP]["file"], "s16_16k", ctx.tmp)
     n = 6
     srv = sc.Server(a.server, a.model, ["--overload-wait-ms", "20", "--max-batch", "1"],
@@ -185,12 +191,7 @@ def section_overload(ctx, ck):
 
 def section_merged(ctx, ck):
     a = ctx.args
-    full = sc.load_clip(ctx.by_id[LONG_CLIP]["file"], "s16_16k", ctx.tmp)
-    audio = full.head(30.0)
-    wav = os.path.join(ctx.tmp, "merged30.wav")
-    write_wav(wav, b"".join(audio.messages))
-    off = rc.run_sotto(a.sotto, a.model, [wav], ["--beam", "1", "--temperature", "0"], threads=1)
-    off_words = words(off[wav]["text"])
+    full, audio, off_words = first_30s(ctx, "merged")
     n = 6
     srv = sc.Server(a.server, a.model, ["--audio-ctx", "full"], threads=1).start()
     try:
