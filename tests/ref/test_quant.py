@@ -15,9 +15,12 @@ Checks, each printed as it runs:
     uniform each transcribe the English dev clips in their own process
     (greedy with sotto's default temperature fallback, the way `sotto
     transcribe --beam 1` runs); every variant's corpus WER must be within 1.5
-    percentage points of f32's, and no clip may hold a repetition loop that
-    its reference does not (refcommon.is_loop). All English dev clips by
-    default; --subset uses a fixed, varied subset of 22 clips for quick runs.
+    percentage points of f32's on the same clips, and no clip may hold a
+    repetition loop that its reference does not (refcommon.is_loop). All
+    English dev clips for the presets by default; the uniform policies (a
+    study, not a product preset: bench/bench_quant.py measures them on the
+    whole set) on the fixed, varied subset of 22 clips unless --uniform-all;
+    --subset runs every variant on the subset for quick runs.
  4. snapshots: `sotto quantize --weights F --verify MODEL SNAP clip x3` exits 0
     for nvfp4, nf4 and q8; the recipe's CRC-32s match the data (recomputed
     here); a copy of the snapshot in another directory loads on its own
@@ -96,7 +99,8 @@ SNAPSHOT_CLIPS = ("jfk", "librispeech_test-clean_1089-134686-0001",
                   "librivox_sense-and-sensibility-01_0880")
 
 # (label, --weights, --policy); f32 first: it is the reference.
-# nf4 and nvfp4 are the default presets; "uniform" is every linear part in 4 bits.
+# nf4 and nvfp4 are the default presets; "uniform" is every linear part in 4 bits
+# (on SUBSET only unless --uniform-all).
 VARIANTS = (("f32", "f32", None), ("bf16", "bf16", None), ("q8", "q8", None),
             ("nf4", "nf4", None), ("nvfp4", "nvfp4", None),
             ("nf4 uniform", "nf4", "uniform"), ("nvfp4 uniform", "nvfp4", "uniform"))
@@ -276,15 +280,22 @@ def check_accuracy(args, rows):
     files = [r["file"] for r in rows]
     refs = [r["text"] for r in rows]
     audio = sum(r["seconds"] for r in rows)
+    sub_ids = set(SUBSET)
+    sub = [i for i, r in enumerate(rows) if r["id"] in sub_ids]
+    if args.subset or args.uniform_all or len(sub) < MIN_SUBSET:
+        sub = list(range(len(rows)))
     print(f"\n== 3. accuracy: {len(rows)} English clips, {audio:.0f} s of audio"
           f"{' (fixed subset)' if args.subset else ' (all English dev clips)'}"
+          f"{'' if len(sub) == len(rows) else f'; uniform policies on the {len(sub)}-clip subset'}"
           f", greedy with temperature fallback, {args.threads} threads, one process per variant")
     res = {}
     for label, w, pol in VARIANTS:
+        idx = sub if pol == "uniform" else list(range(len(rows)))
+        vfiles = [files[i] for i in idx]
         t0 = time.time()
-        out, p = transcribe(args, args.model, files, w, pol, fallback=True)
+        out, p = transcribe(args, args.model, vfiles, w, pol, fallback=True)
         wall = time.time() - t0
-        if not check(out is not None and all(f in out for f in files),
+        if not check(out is not None and all(f in out for f in vfiles),
                      f"{label}: loads and transcribes every clip (exit {p.returncode})"):
             print(p.stderr[-2000:])
             continue
@@ -292,21 +303,28 @@ def check_accuracy(args, rows):
         for line in p.stderr.splitlines():
             if " loaded in " in line and "(" in line:
                 logpol = line[line.index("(") + 1:line.rindex(")")]
-        hyps = [out[f]["text"] for f in files]
-        res[label] = {"hyps": hyps, "wer": corpus_wer(refs, hyps), "wall": wall,
-                      "policy": logpol}
+        hyps = [out[f]["text"] for f in vfiles]
+        res[label] = {"hyps": hyps, "idx": idx, "wer": corpus_wer([refs[i] for i in idx], hyps),
+                      "wall": wall, "policy": logpol}
     ref = res.get("f32")
-    print("\n     | variant | policy (sotto's log) | WER % | Δ vs f32 pp | clips changed | process s |")
-    print("     |---|---|---:|---:|---:|---:|")
-    for label, r in res.items():
-        changed = sum(normalize(a) != normalize(b) for a, b in zip(r["hyps"], ref["hyps"])) \
-            if ref else None
-        d = r["wer"] - ref["wer"] if ref else float("nan")
-        print(f"     | {label} | {r['policy']} | {r['wer']:.2f} | {d:+.2f} "
-              f"| {changed}/{len(files)} | {r['wall']:.1f} |")
     if not ref:
         check(False, "the f32 reference ran")
         return
+
+    def ref_on(idx):  # f32's hypotheses and WER on the same clips
+        hyps = [ref["hyps"][i] for i in idx]
+        return hyps, corpus_wer([refs[i] for i in idx], hyps)
+
+    print("\n     | variant | policy (sotto's log) | clips | WER % | f32 WER % same clips | "
+          "Δ vs f32 pp | clips changed | process s |")
+    print("     |---|---|---:|---:|---:|---:|---:|---:|")
+    for label, r in res.items():
+        rh, rw = ref_on(r["idx"])
+        r["ref_hyps"], r["ref_wer"] = rh, rw
+        changed = sum(normalize(a) != normalize(b) for a, b in zip(r["hyps"], rh))
+        d = r["wer"] - rw
+        print(f"     | {label} | {r['policy']} | {len(r['idx'])} | {r['wer']:.2f} | {rw:.2f} "
+              f"| {d:+.2f} | {changed}/{len(r['idx'])} | {r['wall']:.1f} |")
     # a sanity bound, so that a shared regression cannot hide behind the comparison
     check(ref["wer"] < 15.0, f"f32 WER {ref['wer']:.2f}% is plausible for tiny.en (< 15%)")
     for label, w, pol in VARIANTS[1:]:
@@ -316,17 +334,18 @@ def check_accuracy(args, rows):
         expect = policy_dict(r["policy"] or "")
         want = expected_policy(w, pol, args.width)
         check(expect == want, f"{label}: loaded policy {r['policy']}")
-        loops = [row["id"] for row, a in zip(rows, r["hyps"])
+        vrows = [rows[i] for i in r["idx"]]
+        loops = [row["id"] for row, a in zip(vrows, r["hyps"])
                  if is_loop(normalize(row["text"]), normalize(a))]
         check(not loops, f"{label}: no clip loops where the reference does not"
                          f"{' (loops: ' + ', '.join(loops) + ')' if loops else ''}")
-        d = r["wer"] - ref["wer"]
+        d = r["wer"] - r["ref_wer"]
         if not check(abs(d) <= WER_TOLERANCE_PP,
                      f"{label}: WER {r['wer']:.2f}% within {WER_TOLERANCE_PP} pp of f32 "
-                     f"{ref['wer']:.2f}% ({d:+.2f} pp)"):
+                     f"{r['ref_wer']:.2f}% on the same {len(vrows)} clips ({d:+.2f} pp)"):
             # the clips that moved the WER most, to tell one runaway clip from a drift
             worse = []
-            for row, a, b in zip(rows, r["hyps"], ref["hyps"]):
+            for row, a, b in zip(vrows, r["hyps"], r["ref_hyps"]):
                 rw = normalize(row["text"]).split()
                 ea = edit_distance(rw, normalize(a).split())
                 eb = edit_distance(rw, normalize(b).split())
@@ -632,6 +651,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--subset", action="store_true",
                     help="accuracy on a fixed subset of 22 clips instead of every English clip")
+    ap.add_argument("--uniform-all", action="store_true",
+                    help="the uniform policies on every clip too (default: on the subset)")
     ap.add_argument("--keep", default=None, help="work in this directory and keep it")
     args = ap.parse_args()
     args.sotto = os.path.abspath(args.sotto)
