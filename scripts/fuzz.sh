@@ -6,7 +6,7 @@
 #
 #   scripts/fuzz.sh                 every target for 300 s
 #   scripts/fuzz.sh 60              every target for 60 s
-#   scripts/fuzz.sh --short         every target for 20 s (what scripts/test.sh runs)
+#   scripts/fuzz.sh --short         every target for 10 s (what scripts/test.sh runs)
 #   scripts/fuzz.sh --build         build only
 #   scripts/fuzz.sh 60 wav upload   only these targets
 #
@@ -26,7 +26,7 @@ build_only=0
 targets=()
 for a in "$@"; do
   case "$a" in
-    --short) secs=20 ;;
+    --short) secs=10 ;;
     --build) build_only=1 ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     ''|*[!0-9]*) targets+=("$a") ;;

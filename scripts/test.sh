@@ -94,7 +94,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run "unit tests (ASan+UBSan)" ctest --test-dir "$root/build-asan" --output-on-failure -j 1
 
 if [ "$only_unit" -eq 0 ]; then
-  run "fuzzers, 20 s per target (libFuzzer + ASan/UBSan)" "$root/scripts/fuzz.sh" --short
+  run "fuzzers, 10 s per target (libFuzzer + ASan/UBSan)" "$root/scripts/fuzz.sh" --short
   # 2. Reference tests on real speech with the optimised build.
   cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$root/build" -j "$(nproc)" >/dev/null || die "release build failed"
@@ -121,7 +121,7 @@ if [ "$only_unit" -eq 0 ]; then
     run "streaming server (tiny.en)" "$py" "$R/test_server.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --format-clips 25
     run "streaming server in hard rooms: noise, babble, continuous speech, non-speech, overload (tiny.en)" "$py" "$R/test_rooms.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "scheduler: overload policy, loads while serving, the acquire race (tiny.en, base)" "$py" "$R/test_sched.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest"
-    run "scheduler: loads while serving and the acquire race under ASan+UBSan" "$py" "$R/test_sched.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest" --only race,loading
+    run "scheduler: loads while serving and the acquire race under ASan+UBSan" "$py" "$R/test_sched.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest" --only race,loading --race-offsets 2
     run "streaming server under ASan+UBSan (no accuracy sections)" "$py" "$R/test_server.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --only badinput,resume,overload,backlog,variants,feeds,metrics,sigterm,tls --viewers 50
     run "browser dictation page (headless Chromium, fake microphone)" "$py" "$R/test_web.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
     run "dictation page as people use it (headless Chromium, axe-core)" "$py" "$R/test_page.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts" --only down,taken,busy,viewer,cues,layout,insecure,use,upload,mic
