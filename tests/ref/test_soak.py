@@ -33,7 +33,7 @@ descriptors (/proc/PID/fd), and prints the series at the end.
 
 Checks (each can fail): the legitimate session under attack has no error
 event, no dropped audio, consistent events (server_client.check_session), and
-a WER within --wer-slack-pp (1) percentage points of the same audio alone; the idle
+a WER within --wer-slack-pp (5; 3 of its 66 words) percentage points of the same audio alone; the idle
 pool held at least 90% of its target at once and the server closed idle
 connections by the start timeout; slowloris connections were closed within
 the handshake timeout; the storm completed; sessions past the limit got
@@ -613,7 +613,8 @@ def main():
     ap.add_argument("--start-timeout", type=float, default=15.0)
     ap.add_argument("--sample-s", type=float, default=3.0)
     ap.add_argument("--recover-s", type=float, default=25.0)
-    ap.add_argument("--wer-slack-pp", type=float, default=1.0)
+    ap.add_argument("--wer-slack-pp", type=float, default=5.0,
+                    help="on the 66 words of 3 jfk repetitions one word is 1.5 pp, and the windows cut at other moments under attack: 5 pp is 3 words (test_rooms STREAM_TOL is 5)")
     ap.add_argument("--max-rss-mb", type=float, default=4000.0)
     ap.add_argument("--max-rss-growth-mb", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=14)
