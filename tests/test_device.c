@@ -16,9 +16,10 @@
  * usage: test_device [--whole-clip FORMAT,...] [FORMAT ...]
  *   FORMAT: the weight formats to check (default: f32 bf16 q8 nf4 nvfp4);
  *   --whole-clip: only these formats also transcribe the whole clip (default:
- *   every format). The CPU emulation under ASan takes ~15 s per beam-5 clip
- *   and format, so the unit tests give each ctest one format (CMakeLists.txt);
- *   a real GPU (tests/gpu/check.sh) runs them all.
+ *   every format); each one named must be among FORMAT, or the test fails.
+ *   The CPU emulation under ASan takes ~15 s per beam-5 clip and format, so
+ *   the unit tests split the formats' whole clips across the three ctests
+ *   (CMakeLists.txt); a real GPU (tests/gpu/check.sh) runs them all.
  * SOTTO_CUDA_GEMM=bf16|tf32 loosens the encoder and logit tolerances to what
  * those arithmetics give; SOTTO_CUDA_GRAPHS=0 checks the step without graphs.
  * Model: $SOTTO_SOURCE_DIR/models/tiny.en. Speech: jfk.wav from
@@ -41,6 +42,13 @@ static char g_model[4096], g_wav[4096];
  * output moves more and the logits a little (transcripts must still agree) */
 static double g_tol_enc = 2e-3, g_tol_logits = 2e-3;
 static const char *g_whole_clip; /* comma-separated formats, NULL: all */
+static int g_whole_clips_done;   /* formats whose whole clip was compared */
+
+static int count_fields(const char *csv) {
+    int n = 1;
+    for (; *csv; csv++) n += *csv == ',';
+    return n;
+}
 
 static int whole_clip_wanted(const char *fmt) {
     if (!g_whole_clip) return 1;
@@ -248,6 +256,7 @@ static void compare(const char *fmt, const sotto_model *c, const sotto_model *g,
 
     /* the whole clip, default options (beam 5, temperature fallback) */
     if (whole_clip_wanted(fmt)) {
+        g_whole_clips_done++;
         sotto_transcribe_opts o = sotto_transcribe_default_opts();
         sotto_transcript tc = {0}, tg = {0};
         CHECK(sotto_transcribe(c, a->samples, a->n, &o, &tc, &err) == 0);
@@ -312,6 +321,10 @@ static void test_gpu(const char *desc, int argc, char **argv) {
         sotto_model_free(c);
     }
     sotto_audio_free(&a);
+    /* a misspelt or unchecked --whole-clip format must not skip every clip */
+    if (g_whole_clip)
+        CHECK_MSG(g_whole_clips_done == count_fields(g_whole_clip), "--whole-clip %s: %d of its formats checked",
+                  g_whole_clip, g_whole_clips_done);
 }
 
 int main(int argc, char **argv) {
