@@ -43,7 +43,9 @@ struct sotto_dictation {
     float *buf;         /* audio from buf_start to total */
     size_t cap;
     uint64_t buf_start; /* absolute sample of buf[0] */
-    uint64_t total;     /* samples accepted so far */
+    uint64_t total;     /* samples accepted so far (absolute: from origin) */
+    uint64_t origin;    /* absolute sample of the first audio pushed (a restored session's resume point) */
+    uint64_t final_end; /* end of the latest window whose final event was emitted */
 
     window closed[MAX_CLOSED]; /* FIFO of windows awaiting their final pass */
     int n_closed;
@@ -270,14 +272,15 @@ static void trim(sotto_dictation *d) {
 
 static void handle_vad(sotto_dictation *d, const sotto_vad_event *ev, int n) {
     for (int i = 0; i < n; i++) {
+        uint64_t at = ev[i].sample + d->origin; /* the VAD counts from the first sample pushed */
         if (ev[i].type == SOTTO_VAD_SPEECH_START && !d->open.id) {
-            open_window(d, ev[i].sample);
+            open_window(d, at);
             cJSON *e = event("speech_start", d->open.id);
             if (e) cJSON_AddNumberToObject(e, "start", secs(d->open.start));
             send(d, e);
         } else if (ev[i].type == SOTTO_VAD_SPEECH_END && d->open.id) {
             uint64_t id = d->open.id;
-            uint64_t end = ev[i].sample > d->total ? d->total : ev[i].sample;
+            uint64_t end = at > d->total ? d->total : at;
             close_open(d, end);
             cJSON *e = event("speech_end", id);
             if (e) cJSON_AddNumberToObject(e, "end", secs(end));
@@ -707,6 +710,7 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
         send(d, e);
         free(text);
         d->st.samples_final += w->end - w->start;
+        if (w->end > d->final_end) d->final_end = w->end;
         if (flags & SOTTO_PASS_RESET_CONTEXT) {
             d->n_context = 0; /* as Whisper's prompt reset: nothing earlier is carried */
             d->st.context_resets++;
@@ -765,6 +769,36 @@ void sotto_dictation_abandon_pass(sotto_dictation *d, uint64_t pass_id) {
 
 int sotto_dictation_done(const sotto_dictation *d) {
     return d->eos && !d->in_flight && !d->n_closed && !d->open.id;
+}
+
+uint64_t sotto_dictation_durable(const sotto_dictation *d) {
+    if (sotto_dictation_done(d)) return d->total;
+    const window *w = front(d);
+    if (w) return w->start;
+    /* nobody speaking: the last IDLE_KEEP_S may still become an utterance's
+       pre-roll once the VAD is sure of it */
+    uint64_t idle = d->total > (uint64_t)IDLE_KEEP_S * SR ? d->total - (uint64_t)IDLE_KEEP_S * SR : 0;
+    uint64_t at = idle > d->final_end ? idle : d->final_end;
+    return at < d->origin ? d->origin : at > d->total ? d->total : at;
+}
+
+int sotto_dictation_restore(sotto_dictation *d, uint64_t origin, uint64_t next_utterance) {
+    if (d->total != d->origin || d->next_id != 1 || d->in_flight || d->eos) return SOTTO_E_INVALID;
+    if (next_utterance < 1) return SOTTO_E_INVALID;
+    d->origin = d->total = d->buf_start = d->final_end = origin;
+    d->last_pass_end = d->prev_pass_end = d->commit_bound = origin;
+    d->next_id = next_utterance;
+    return SOTTO_OK;
+}
+
+uint64_t sotto_dictation_next_utterance(const sotto_dictation *d) {
+    const window *w = front(d);
+    return w ? w->id : d->next_id;
+}
+
+void sotto_dictation_get_context(const sotto_dictation *d, const int32_t **tokens, int *n) {
+    *tokens = d->context;
+    *n = d->n_context;
 }
 
 void sotto_dictation_get_stats(const sotto_dictation *d, sotto_dictation_stats *st) { *st = d->st; }

@@ -161,6 +161,26 @@ void sotto_dictation_abandon_pass(sotto_dictation *d, uint64_t pass_id);
 /* 1 once end of stream was flushed and every final pass completed. */
 int sotto_dictation_done(const sotto_dictation *d);
 
+/* Durability (resume on another server). Everything before
+ * sotto_dictation_durable() is either in a final event already emitted or
+ * audio no utterance will use; nothing after it is in any final. A session
+ * that is restored elsewhere from that point (its client resends the audio
+ * from there) therefore neither loses nor repeats a final word. An
+ * utterance that was open or awaiting its final restarts: its commits are
+ * superseded by the restored session's. Absolute 16 kHz samples. */
+uint64_t sotto_dictation_durable(const sotto_dictation *d);
+/* The id the next final event will carry (the front window's, or the next
+ * utterance's when none is open). */
+uint64_t sotto_dictation_next_utterance(const sotto_dictation *d);
+/* The text context passes are conditioned on (latest finalized text);
+ * borrowed until the next call into d. */
+void sotto_dictation_get_context(const sotto_dictation *d, const int32_t **tokens, int *n);
+/* A fresh dictation (nothing pushed yet) continues a session from a
+ * durable point: its first sample pushed is absolute sample `origin`, and
+ * its first utterance is numbered next_utterance. SOTTO_E_INVALID after
+ * audio was pushed. */
+int sotto_dictation_restore(sotto_dictation *d, uint64_t origin, uint64_t next_utterance);
+
 typedef struct sotto_dictation_stats {
     uint64_t samples_in;      /* 16 kHz samples accepted */
     uint64_t samples_dropped; /* dropped by the backlog bound */

@@ -548,6 +548,70 @@ int main(void) {
         sotto_dictation_free(d);
         events_clear(&ev);
     }
+    /* ---- durability: the point a session can be restored from elsewhere ---- */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        p.lead_max_s = 0;
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        CHECK(d != NULL);
+        CHECK_EQ_INT(sotto_dictation_durable(d), 0);
+        push(d, 3.0f, 0, &seed); /* silence: durable trails by the pre-roll kept */
+        CHECK(sotto_dictation_durable(d) >= 1 * SR && sotto_dictation_durable(d) <= 3 * SR);
+        CHECK_EQ_INT(sotto_dictation_next_utterance(d), 1);
+        push(d, 1.5f, 1, &seed); /* speaking: durable stays before the utterance */
+        CHECK_EQ_INT(count(&ev, "speech_start"), 1);
+        uint64_t u_start = (uint64_t)(cJSON_GetObjectItem(last(&ev, "speech_start"), "start")->valuedouble * SR + 0.5);
+        CHECK(sotto_dictation_durable(d) <= u_start);
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        int32_t h[] = {HELLO, WORLD};
+        CHECK(ps && sotto_dictation_complete_pass(d, ps->id, h, 2) == SOTTO_OK);
+        push(d, 1.6f, 0, &seed); /* endpoint: the window waits for its final */
+        CHECK(sotto_dictation_durable(d) <= u_start);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final);
+        uint64_t w_end = ps ? ps->start + ps->n : 0;
+        CHECK(ps && sotto_dictation_complete_pass(d, ps->id, h, 2) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev, "final"), 1);
+        uint64_t dur = sotto_dictation_durable(d); /* after the final: past its audio */
+        CHECK_MSG(dur >= w_end, "durable %llu < final end %llu", (unsigned long long)dur,
+                  (unsigned long long)w_end);
+        CHECK_EQ_INT(sotto_dictation_next_utterance(d), 2);
+        const int32_t *ctx;
+        int n_ctx;
+        sotto_dictation_get_context(d, &ctx, &n_ctx);
+        CHECK(n_ctx == 2 && ctx[0] == HELLO && ctx[1] == WORLD);
+
+        /* restored elsewhere from there: the timeline and the numbering go on */
+        events ev2 = {0};
+        sotto_dictation *r = sotto_dictation_create(&p, tok, EOT, on_event, &ev2, &err);
+        CHECK(r && sotto_dictation_restore(r, dur, 2) == SOTTO_OK);
+        CHECK_EQ_INT(sotto_dictation_durable(r), dur);
+        sotto_dictation_set_context(r, ctx, n_ctx);
+        push(r, 0.5f, 0, &seed);
+        CHECK(sotto_dictation_restore(r, dur, 2) == SOTTO_E_INVALID); /* audio was pushed */
+        push(r, 1.5f, 1, &seed);
+        CHECK_EQ_INT(count(&ev2, "speech_start"), 1);
+        const cJSON *ss = last(&ev2, "speech_start");
+        CHECK(ss && cJSON_GetObjectItem(ss, "utterance")->valueint == 2);
+        CHECK(ss && cJSON_GetObjectItem(ss, "start")->valuedouble * SR >= (double)dur);
+        ps = sotto_dictation_take_pass(r);
+        CHECK(ps && ps->start >= dur && ps->n_context == 2 && ps->context[1] == WORLD);
+        if (ps) sotto_dictation_abandon_pass(r, ps->id);
+        sotto_dictation_flush(r, 1);
+        ps = sotto_dictation_take_pass(r);
+        int32_t t[] = {THERE};
+        CHECK(ps && ps->final && sotto_dictation_complete_pass(r, ps->id, t, 1) == SOTTO_OK);
+        const cJSON *fin = last(&ev2, "final");
+        CHECK(fin && cJSON_GetObjectItem(fin, "utterance")->valueint == 2 &&
+              cJSON_GetObjectItem(fin, "start")->valuedouble * SR >= (double)dur);
+        CHECK(sotto_dictation_done(r) && sotto_dictation_durable(r) == dur + (uint64_t)(2.0f * SR));
+        CHECK(sotto_dictation_restore(d, 0, 1) == SOTTO_E_INVALID);
+        sotto_dictation_free(r);
+        sotto_dictation_free(d);
+        events_clear(&ev);
+        events_clear(&ev2);
+    }
     sotto_tokenizer_free(tok);
     return check_report();
 }
