@@ -3,6 +3,8 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "server.h"
 
+#include "persist.h"
+
 #include <libwebsockets.h>
 #include <limits.h>
 #include <stdio.h>
@@ -100,6 +102,15 @@ int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
         if (atomic_load(&s->draining)) return srv_http_respond(wsi, 503, "text/plain", "draining\n", 9);
         if (!atomic_load(&s->ready)) return srv_http_respond(wsi, 503, "text/plain", "loading\n", 8);
         return srv_http_respond(wsi, 200, "text/plain", "ok\n", 3);
+    }
+    /* for load balancers: take new sessions here? (a 503 says why) */
+    if (strcmp(uri, "/readyz") == 0) {
+        if (atomic_load(&s->draining)) return srv_http_respond(wsi, 503, "text/plain", "draining\n", 9);
+        if (!atomic_load(&s->ready)) return srv_http_respond(wsi, 503, "text/plain", "loading\n", 8);
+        if (s->persist && !srv_persist_connected(s->persist))
+            return srv_http_respond(wsi, 503, "text/plain", "redis unreachable\n", 18);
+        if (atomic_load(&s->overloaded)) return srv_http_respond(wsi, 503, "text/plain", "overloaded\n", 11);
+        return srv_http_respond(wsi, 200, "text/plain", "ready\n", 6);
     }
     if (strcmp(uri, "/metrics") == 0) {
         size_t len = 0;

@@ -4,6 +4,7 @@
 #include "compat.h"
 #include "log.h"
 #include "server.h"
+#include "persist.h"
 #include "threads.h"
 #include "vad_model.h"
 
@@ -95,6 +96,20 @@ int main(int argc, char **argv) {
     s.load_params.reopen_wait_s = s.load_params.high_wait_s / 2;
     s.load_params.low_wait_s = s.load_params.high_wait_s / 4;
     build_models(&s);
+    if (!s.opt.instance[0]) snprintf(s.opt.instance, sizeof s.opt.instance, "%.50s:%d",
+                                     s.opt.host[0] ? s.opt.host : "0.0.0.0", s.opt.port);
+    if (s.opt.redis_url[0]) {
+        char why[512];
+        /* checkpoints outlive a long pause of a live session, and a resume's grace */
+        srv_persist_hooks hooks = {srv_checkpoint_written, srv_checkpoint_reconnected, &s};
+        if (!(s.persist = srv_persist_create(s.opt.redis_url, 3600 + s.opt.resume_grace_s, &hooks, why,
+                                             sizeof why))) {
+            SOTTO_ERROR("%s", why);
+            srv_options_free(&s.opt);
+            return 2;
+        }
+        SOTTO_INFO("sessions are checkpointed to %s (instance %s)", s.opt.redis_url, s.opt.instance);
+    }
     g_server = &s;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -125,6 +140,7 @@ int main(int argc, char **argv) {
     srv_batch_stop(&s);
     srv_worker_stop(&s);
     srv_gateway_destroy(&s);
+    if (s.persist) srv_persist_quiesce(s.persist); /* its hooks look sessions up */
     /* sessions still in the table */
     while (s.sessions) {
         srv_session *ss = s.sessions;
@@ -141,6 +157,7 @@ int main(int argc, char **argv) {
         sotto_model_free(sm->model);
     }
     sotto_silero_model_free(s.silero);
+    srv_persist_free(s.persist); /* after the sessions: their last deletions are written */
     srv_options_free(&s.opt);
     return failed ? 1 : 0;
 }

@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
 
+#include "persist.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +100,9 @@ char *srv_metrics_render(srv *s, size_t *len) {
     }
     pthread_mutex_unlock(&s->lock);
     gauge(&o, "sotto_ready", "1 once the default model is loaded", atomic_load(&s->ready));
+    /* the info-metric idiom: join on it for the instance's name (--instance) */
+    put(&o, "# HELP sotto_instance_info this instance (--instance)\n# TYPE sotto_instance_info gauge\n"
+            "sotto_instance_info{instance=\"%s\"} 1\n", s->opt.instance);
     gauge(&o, "sotto_sessions_active", "sessions started and not finished", active);
     gauge(&o, "sotto_sessions_detached", "active sessions waiting for their client to resume",
           detached);
@@ -107,6 +112,21 @@ char *srv_metrics_render(srv *s, size_t *len) {
             atomic_load(&m->sessions_rejected));
     counter(&o, "sotto_sessions_resumed_total", "sessions resumed after a disconnect",
             atomic_load(&m->sessions_resumed));
+    counter(&o, "sotto_sessions_restored_total", "sessions resumed here from another instance's checkpoint",
+            atomic_load(&m->sessions_restored));
+    if (s->persist) {
+        srv_persist_stats ps;
+        srv_persist_get_stats(s->persist, &ps);
+        gauge(&o, "sotto_redis_connected", "1 while the checkpoint writer is connected to Redis", ps.connected);
+        counter(&o, "sotto_checkpoints_written_total", "session checkpoints written to Redis", ps.writes);
+        counter(&o, "sotto_checkpoint_errors_total",
+                "checkpoint writes that failed (Redis unreachable or refusing; retried with the newest)",
+                ps.write_errors);
+        counter(&o, "sotto_checkpoints_refused_total",
+                "checkpoints not written because another instance restored the session since", ps.refused);
+        gauge(&o, "sotto_checkpoints_queued", "sessions whose newest checkpoint waits to be written", ps.queued);
+        counter(&o, "sotto_checkpoint_read_errors_total", "resumes that could not read Redis", ps.read_errors);
+    }
     gauge(&o, "sotto_connections", "WebSocket connections open", atomic_load(&m->connections));
     counter(&o, "sotto_connections_rejected_total",
             "WebSocket connections refused (limits, key, path, draining, no session slot)",

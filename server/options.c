@@ -64,6 +64,10 @@ static void usage(FILE *f) {
             "  --vad K                silero | energy: the sessions' default VAD (default silero\n"
             "                         when its model is present, else energy)\n"
             "  --vad-model FILE       Silero VAD weights (default " SOTTO_VAD_MODEL_REL ")\n"
+            "  --redis URL            redis://HOST[:PORT][/DB] or unix:PATH: checkpoint sessions\n"
+            "                         there, so that a resume may land on any instance sharing it\n"
+            "                         (default: none, sessions live in this process only)\n"
+            "  --instance NAME        this instance's name in /metrics and logs (default: host:port)\n"
             "  --log-level L          debug | info | warn | error (default info)\n"
             "  --config FILE          JSON with the same settings (keys without the dashes,\n"
             "                         \"model\" may be a list); the command line overrides it\n");
@@ -246,6 +250,19 @@ static int set(srv_options *o, const char *key, const char *val) {
         o->vad_kind_set = 1;
     } else if (!strcmp(key, "vad-model")) {
         snprintf(o->vad_model, sizeof o->vad_model, "%s", val);
+    } else if (!strcmp(key, "redis")) {
+        if (strlen(val) >= sizeof o->redis_url) {
+            fprintf(stderr, "sotto-server: --redis URL too long\n");
+            return -1;
+        }
+        snprintf(o->redis_url, sizeof o->redis_url, "%s", val);
+    } else if (!strcmp(key, "instance")) {
+        if (!*val || strlen(val) >= sizeof o->instance || strspn(val, "abcdefghijklmnopqrstuvwxyz"
+                                                                     "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != strlen(val)) {
+            fprintf(stderr, "sotto-server: --instance needs 1..63 of [A-Za-z0-9._-]\n");
+            return -1;
+        }
+        snprintf(o->instance, sizeof o->instance, "%s", val);
     } else if (!strcmp(key, "log-level")) {
         sotto_log_level lv;
         if (sotto_log_parse_level(val, &lv)) {
@@ -303,7 +320,7 @@ static const char *const k_keys[] = {
     "audio-ctx-pad-ms", "audio-ctx", "max-upload-mb",
     "max-upload-s", "batch-queue", "batch-threads", "host", "model", "weights",
     "default-weights", "device", "web", "tls-cert", "tls-key", "api-key", "api-keys-file", "vad",
-    "vad-model", "log-level", "config"};
+    "vad-model", "log-level", "redis", "instance", "config"};
 #define N_KEYS ((int)(sizeof k_keys / sizeof k_keys[0]))
 #define KEY_CODE 0x100 /* getopt_long returns KEY_CODE + index into k_keys */
 

@@ -80,6 +80,8 @@ typedef struct srv_options {
     char vad_model[1024];     /* Silero VAD weights ("" = the default file, if present) */
     int vad_kind;             /* sessions' default VAD: SOTTO_VAD_SILERO or _ENERGY */
     int vad_kind_set;         /* --vad given */
+    char redis_url[512];      /* --redis: session checkpoints ("" = none) */
+    char instance[64];        /* --instance: the name in /metrics ("" = host:port) */
 } srv_options;
 
 void srv_options_default(srv_options *o);
@@ -117,6 +119,7 @@ typedef struct srv_hist {
 
 typedef struct srv_metrics {
     _Atomic uint64_t sessions_total, sessions_rejected, sessions_resumed;
+    _Atomic uint64_t sessions_restored; /* resumed here from another instance's checkpoint */
     _Atomic uint64_t audio_in_samples, audio_final_samples, audio_dropped_samples;
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
     _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
@@ -171,6 +174,15 @@ typedef struct srv_caption {
 } srv_caption;
 
 typedef struct srv srv;
+
+/* A point of a session's audio: units the client sent (acked offsets) and
+ * the 16 kHz samples they decoded to. */
+typedef struct srv_mark {
+    uint64_t units, samples;
+} srv_mark;
+
+#define SRV_MARKS 2048      /* >= 100 s of marks 50 ms apart: the backlog bound plus a window */
+#define SRV_FINALS_KEPT 64  /* finals a checkpoint carries for replay */
 
 typedef struct srv_session {
     struct srv_session *next;
@@ -229,6 +241,27 @@ typedef struct srv_session {
     struct lws **viewers;     /* service thread adds/removes; wakes read them */
     int n_viewers, cap_viewers;
     uint64_t viewers_woken_seq; /* newest event viewers were woken for */
+
+    /* durability (checkpoint.c; session lock): where the client may resend
+       audio from after a restore on any instance (the `durable` offset) */
+    char *start_json;         /* the start message as accepted (a restore replays it) */
+    srv_mark marks[SRV_MARKS]; /* (units, samples) after audio messages, >= 50 ms apart */
+    int n_marks, mark_head;   /* ring: mark_head is the oldest */
+    srv_mark mark_base;       /* the timeline's start: (0, 0), or a restore's point */
+    uint64_t samples_out;     /* 16 kHz samples the client's audio decoded to, on the timeline */
+    uint64_t skip_samples;    /* restored: decoded samples dropped to reach the durable point */
+    int restore;              /* restored: init_session continues the dictation from restore_at */
+    uint64_t restore_at, restore_utterance;
+    int32_t *restore_ctx;
+    int n_restore_ctx;
+    uint64_t epoch;           /* restores of this session so far (persist.h) */
+    cJSON *finals;            /* the latest finals (events with their seq), replayed after a restore */
+    int ckpt_due;             /* a final was emitted since the last checkpoint */
+    int moved;                /* handed over on SIGTERM: its checkpoint is kept for the resume */
+    uint64_t durable_written; /* units of the newest checkpoint Redis has: the `durable` of acks */
+    uint64_t ckpt_gen_seen;   /* srv->ckpt_gen when it last checkpointed */
+    uint64_t ckpt_durable;    /* durable point of the last checkpoint (samples) */
+    double ckpt_at;           /* when (monotonic) */
 } srv_session;
 
 /* ---- the server ----------------------------------------------------------------- */
@@ -260,6 +293,8 @@ struct srv {
                                  sessions get `overloaded` (the overload policy) */
     sotto_load_params load_params; /* the overload policy's thresholds (--overload-wait-ms) */
     srv_metrics m;
+    struct srv_persist *persist; /* --redis: session checkpoints (persist.h); NULL without */
+    _Atomic uint64_t ckpt_gen;   /* bumped when Redis is back after an outage: everyone checkpoints again */
     sotto_silero_model *silero; /* the sessions' Silero VAD weights (NULL: none) */
 };
 
@@ -282,6 +317,34 @@ void srv_session_error(srv *s, srv_session *ss, const char *code, const char *ms
 void srv_session_push_locked(srv *s, srv_session *ss, const float *x, size_t n);
 /* Drops detached sessions past the grace period. */
 void srv_sessions_reap(srv *s);
+
+/* Starts ss with a start message (ws.c: the checks and errors of a client's start). */
+void srv_session_start(srv *s, srv_session *ss, const cJSON *msg);
+
+/* durability (checkpoint.c) */
+/* Records the timeline after an audio message (service thread, session lock). */
+void srv_mark_add_locked(srv_session *ss);
+/* The durable point: *units the client resends from, and the sample it
+ * decodes from (*at_sample <= *durable, the dictation's durable sample). */
+void srv_durable_locked(srv_session *ss, uint64_t *units, uint64_t *at_sample, uint64_t *durable);
+/* A final was emitted (from srv_session_emit_locked, with the event). */
+void srv_checkpoint_note_final_locked(srv_session *ss, const cJSON *final_event);
+/* Queues a checkpoint if one is due: a final since the last one, or the
+ * durable point moved by 5 s (force: always). Session lock held; no-op without --redis. */
+void srv_checkpoint_maybe_locked(srv *s, srv_session *ss, int force);
+/* The durable offset clients are given: with --redis the newest one Redis
+ * has (a restore elsewhere can start there), else this process's. */
+uint64_t srv_durable_units_locked(srv *s, srv_session *ss);
+/* The persist hooks (persist.h): user is the srv. */
+void srv_checkpoint_written(void *user, const char *id, uint64_t epoch, uint64_t units);
+void srv_checkpoint_reconnected(void *user);
+/* The session ended for good: its checkpoint is deleted. */
+void srv_checkpoint_forget(srv *s, srv_session *ss);
+/* A resume of a session this instance does not hold: restores it from its
+ * checkpoint onto the connection's new session ss (SESS_NEW). Returns 0 when
+ * restored, 1 when there is no such checkpoint (the caller says unknown_session),
+ * -1 when an error event was already sent. */
+int srv_checkpoint_restore(srv *s, srv_session *ss, const char *id, const char *token, uint64_t last_seq);
 
 /* feeds (feed.c) */
 int srv_feed_name_ok(const char *name);

@@ -54,6 +54,8 @@ srv_session *srv_session_new(srv *s) {
 }
 
 static void session_free(srv *s, srv_session *ss) {
+    /* finished and everything sent: nobody will resume it (else its checkpoint expires) */
+    if (ss->state == SESS_DONE && !ss->moved && ss->sent_upto + 1 >= ss->next_seq) srv_checkpoint_forget(s, ss);
     if (ss->sm) srv_model_release(s, ss->sm);
     sotto_audio_in_free(ss->ain);
     sotto_dictation_free(ss->dict);
@@ -61,6 +63,9 @@ static void session_free(srv *s, srv_session *ss) {
     free(ss->pending);
     free(ss->prompt);
     free(ss->prompt_tokens);
+    free(ss->start_json);
+    free(ss->restore_ctx);
+    cJSON_Delete(ss->finals);
     srv_feed_free_captions(ss);
     free(ss->viewers);
     pthread_mutex_destroy(&ss->lock);
@@ -156,6 +161,12 @@ void srv_sessions_reap(srv *s) {
 }
 
 void srv_session_push_locked(srv *s, srv_session *ss, const float *x, size_t n) {
+    if (ss->skip_samples) { /* restored: the audio before the durable point is final already */
+        size_t skip = ss->skip_samples < n ? (size_t)ss->skip_samples : n;
+        ss->skip_samples -= skip;
+        x += skip, n -= skip;
+        if (!n) return;
+    }
     sotto_dictation_push(ss->dict, x, n);
     /* the wall time a pass became due (the scheduler's age, the overload policy's wait):
        when the audio that made it due arrived, not when the worker next looked */
@@ -181,9 +192,11 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     const int is_ack = strcmp(t, "ack") == 0, is_viewer = srv_feed_is_viewer_event(t),
               is_done = strcmp(t, "done") == 0;
     if (ss->feed[0] && !strcmp(t, "final")) srv_feed_add_final(ss, ev);
+    const int is_final = !strcmp(t, "final");
     t = NULL;
     uint64_t seq = ss->next_seq++;
     cJSON_AddNumberToObject(ev, "seq", (double)seq);
+    if (is_final) srv_checkpoint_note_final_locked(ss, ev);
     char *json = cJSON_PrintUnformatted(ev);
     cJSON_Delete(ev);
     if (!json) return;

@@ -98,11 +98,16 @@ static void init_session(srv *s, srv_session *ss) {
     }
     sotto_dictation_set_context(ss->dict, ss->prompt_tokens, ss->n_prompt_tokens);
     sotto_dictation_set_timestamps(ss->dict, sotto_model_special(m)->timestamp_begin);
+    if (ss->restore) { /* continues a session from its checkpoint (checkpoint.c) */
+        sotto_dictation_restore(ss->dict, ss->restore_at, ss->restore_utterance);
+        if (ss->n_restore_ctx) sotto_dictation_set_context(ss->dict, ss->restore_ctx, ss->n_restore_ctx);
+    }
     cJSON *e = cJSON_CreateObject();
     if (e) {
         cJSON_AddStringToObject(e, "type", "ready");
         cJSON_AddStringToObject(e, "session", ss->id_str);
         cJSON_AddStringToObject(e, "token", ss->token);
+        cJSON_AddStringToObject(e, "instance", s->opt.instance);
         cJSON_AddStringToObject(e, "model", ss->sm->name);
         cJSON_AddStringToObject(e, "weights", sotto_wfmt_name(ss->sm->weights));
         cJSON_AddNumberToObject(e, "weights_bytes", (double)ss->sm->bytes);
@@ -139,6 +144,7 @@ static void init_session(srv *s, srv_session *ss) {
         sotto_dictation_flush(ss->dict, 1);
     else
         ss->state = SESS_RUNNING;
+    srv_checkpoint_maybe_locked(s, ss, 1); /* from now on a resume may land on any instance */
     pthread_mutex_unlock(&ss->lock);
     sotto_log(SOTTO_LOG_INFO, ss->id, "ready: %s (%s), %.1f MB", ss->sm->name,
               sotto_wfmt_name(ss->sm->weights), ss->sm->bytes / 1e6);
@@ -249,6 +255,7 @@ static void finish_if_done_locked(srv *s, srv_session *ss) {
     }
     ss->state = SESS_DONE;
     ss->closing = 1;
+    srv_checkpoint_maybe_locked(s, ss, 1); /* a resume elsewhere finds it finished */
 }
 
 /* Passes in a row that the engine may fail for a session (out of memory on
@@ -463,6 +470,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         sotto_dictation_get_stats(ss->dict, &st);
         atomic_fetch_add(&s->m.audio_final_samples, st.samples_final - ss->final_samples_seen);
         ss->final_samples_seen = st.samples_final;
+        srv_checkpoint_maybe_locked(s, ss, 0); /* after a final */
         finish_if_done_locked(s, ss);
         pthread_mutex_unlock(&ss->lock);
         sotto_generate_result_free(r);

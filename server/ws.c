@@ -131,7 +131,12 @@ static void ack(srv *s, srv_session *ss, int force) {
     cJSON_AddStringToObject(e, "type", "ack");
     cJSON_AddNumberToObject(e, "offset", (double)ss->units_in);
     ss->units_acked_sent = ss->units_in;
-    srv_session_emit(s, ss, e);
+    pthread_mutex_lock(&ss->lock);
+    srv_checkpoint_maybe_locked(s, ss, 0);
+    /* audio the client may forget: a restore never needs it */
+    cJSON_AddNumberToObject(e, "durable", (double)srv_durable_units_locked(s, ss));
+    srv_session_emit_locked(s, ss, e);
+    pthread_mutex_unlock(&ss->lock);
 }
 
 /* ---- control messages ------------------------------------------------------------ */
@@ -187,10 +192,17 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
     sm->refs++;
     ss->state = SESS_LOADING;
     pthread_mutex_unlock(&s->lock);
+    char *start_json = cJSON_PrintUnformatted(msg); /* for checkpoints (a restore replays it) */
+    pthread_mutex_lock(&ss->lock);
+    free(ss->start_json);
+    ss->start_json = start_json;
+    pthread_mutex_unlock(&ss->lock);
     sotto_log(SOTTO_LOG_INFO, ss->id, "start: %s %d Hz x%d, model %s (%s)", sotto_encoding_name(st.encoding),
               ss->sample_rate, ss->channels, sm->name, sotto_wfmt_name(st.weights));
     srv_loader_kick(s);
 }
+
+void srv_session_start(srv *s, srv_session *ss, const cJSON *msg) { on_start(s, ss, msg); }
 
 static void on_stop(srv *s, srv_session *ss, int end_of_stream) {
     if (ss->state == SESS_NEW) {
@@ -208,8 +220,8 @@ static void on_stop(srv *s, srv_session *ss, int end_of_stream) {
         size_t n = 0;
         sotto_audio_in_flush(ss->ain, tail, 256, &n);
         pthread_mutex_lock(&ss->lock);
-        if (ss->dict)
-            sotto_dictation_push(ss->dict, tail, n);
+        ss->samples_out += n;
+        if (ss->dict) srv_session_push_locked(s, ss, tail, n);
         pthread_mutex_unlock(&ss->lock);
     }
     ack(s, ss, 1);
@@ -237,6 +249,10 @@ static void on_resume(srv *s, struct lws *wsi, conn *c, const cJSON *msg) {
         return;
     }
     srv_session *old = srv_session_find(s, id);
+    if (!old && s->persist) { /* another instance's session? */
+        int rc = srv_checkpoint_restore(s, c->ss, id, token, last_seq);
+        if (rc <= 0) return;
+    }
     if (!old || strcmp(old->token, token) != 0 || old == c->ss) {
         if (old) srv_session_unref(s, old);
         srv_session_error(s, c->ss, "unknown_session", "no such session, or a wrong token", 0);
@@ -275,6 +291,7 @@ static void on_resume(srv *s, struct lws *wsi, conn *c, const cJSON *msg) {
         cJSON_AddStringToObject(e, "type", "resumed");
         cJSON_AddStringToObject(e, "session", old->id_str);
         cJSON_AddNumberToObject(e, "offset", (double)old->units_in);
+        cJSON_AddNumberToObject(e, "durable", (double)srv_durable_units_locked(s, old));
         cJSON_AddBoolToObject(e, "events_lost", lost);
         srv_session_emit_locked(s, old, e);
     }
@@ -348,6 +365,8 @@ static void on_audio(srv *s, srv_session *ss, const unsigned char *data, size_t 
     ss->units_in += ss->encoding == SOTTO_ENCODING_OPUS ? 1 : after.input_frames - before.input_frames;
     atomic_fetch_add(&s->m.audio_in_samples, n);
     pthread_mutex_lock(&ss->lock);
+    ss->samples_out += n;
+    srv_mark_add_locked(ss);
     if (ss->dict) {
         srv_session_push_locked(s, ss, out, n);
     } else { /* model still loading: keep it, bounded */
@@ -442,6 +461,10 @@ int srv_link_started(const srv_link *l) { return ((const conn *)l)->ss->state !=
 
 int srv_link_start(srv_link *l, const cJSON *start_msg) {
     on_start(g_srv, L(l)->ss, start_msg);
+    pthread_mutex_lock(&L(l)->ss->lock); /* dialects have no resume: no checkpoints */
+    free(L(l)->ss->start_json);
+    L(l)->ss->start_json = NULL;
+    pthread_mutex_unlock(&L(l)->ss->lock);
     return L(l)->ss->state != SESS_NEW ? 0 : -1;
 }
 
@@ -507,6 +530,37 @@ static int dialect_write(srv *s, struct lws *wsi, conn *c) {
 
 /* ---- waking up ------------------------------------------------------------------------ */
 
+/* SIGTERM with --redis: a running session is not finished here but moved:
+ * checkpointed, its client told to `reconnect` (a resume through the load
+ * balancer lands on another instance, which restores it), and closed.
+ * Returns 0 if it cannot move (no checkpoints, not started). */
+static int move_session(srv *s, srv_session *ss) {
+    if (!s->persist) return 0;
+    pthread_mutex_lock(&ss->lock);
+    if (!ss->start_json || (ss->state != SESS_RUNNING && ss->state != SESS_LOADING)) {
+        pthread_mutex_unlock(&ss->lock);
+        return 0;
+    }
+    srv_checkpoint_maybe_locked(s, ss, 1);
+    uint64_t units = srv_durable_units_locked(s, ss); /* Redis has it; the newer one follows */
+    cJSON *e = cJSON_CreateObject();
+    if (e) {
+        cJSON_AddStringToObject(e, "type", "reconnect");
+        cJSON_AddStringToObject(e, "reason", "draining");
+        cJSON_AddStringToObject(e, "message", "this server is shutting down: resume the session "
+                                             "(another instance continues it)");
+        cJSON_AddNumberToObject(e, "durable", (double)units);
+        srv_session_emit_locked(s, ss, e);
+    }
+    ss->state = SESS_DONE;
+    ss->moved = 1;
+    ss->closing = 1;
+    pthread_mutex_unlock(&ss->lock);
+    sotto_log(SOTTO_LOG_INFO, ss->id, "draining: moved (checkpointed at offset %llu, client told to reconnect)",
+              (unsigned long long)units);
+    return 1;
+}
+
 /* After a wake-up: connections with something to send get a writeable
  * callback; expired sessions go; a draining server stops sessions. */
 static void service_wakeup(srv *s) {
@@ -531,6 +585,7 @@ static void service_wakeup(srv *s) {
             to_stop[n_stop++] = ss;
         }
         if (ss->wsi && pending) lws_callback_on_writable(ss->wsi);
+        srv_checkpoint_maybe_locked(s, ss, 0); /* detached ones too, and all after a Redis outage */
         if (ss->n_viewers && (ss->next_seq - 1 > ss->viewers_woken_seq || ss->state == SESS_DONE)) {
             /* feed viewers: new events, or the end */
             ss->viewers_woken_seq = ss->next_seq - 1;
@@ -540,7 +595,7 @@ static void service_wakeup(srv *s) {
     }
     pthread_mutex_unlock(&s->lock);
     for (int i = 0; i < n_stop; i++) { /* SIGTERM: finish what was heard, then close */
-        on_stop(s, to_stop[i], 1);
+        if (!move_session(s, to_stop[i])) on_stop(s, to_stop[i], 1);
         srv_session_unref(s, to_stop[i]);
     }
     srv_batch_wakeup(s);
