@@ -30,6 +30,7 @@ typedef struct mlink {
     int port, tls;
     char session[64], token[128];
     long long last_seq;   /* newest event seen (replays after a resume are skipped) */
+    long long last_final; /* utterance of the newest final shown (finals a restore replays are skipped) */
     size_t next;          /* next packet to send on this connection */
     int streaming;        /* ready/resumed seen on this connection */
     int stop_sent, done, failed, closing, reconnects, dropped_once;
@@ -143,23 +144,34 @@ static void on_event(mlink *L, const cJSON *e) {
         snprintf(L->token, sizeof L->token, "%s", jstr(e, "token"));
         L->streaming = 1;
         L->next = 0;
+        L->last_final = 0;
         SOTTO_INFO("session %s: model %s, weights %s (%.1f MB), language %s", L->session,
                    jstr(e, "model"), jstr(e, "weights"), jnum(e, "weights_bytes") / 1e6,
                    jstr(e, "language"));
     } else if (!strcmp(type, "resumed")) {
         L->next = (size_t)jnum(e, "offset");
         L->streaming = 1;
-        SOTTO_INFO("resumed session %s at packet %zu%s", L->session, L->next,
+        L->stop_sent = 0; /* after the audio from the offset, `stop` again (another instance may not have it) */
+        SOTTO_INFO("resumed session %s at packet %zu%s%s", L->session, L->next,
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "restored")) ? " on another instance" : "",
                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "events_lost"))
                        ? " (some events were lost)"
                        : "");
     } else if (!strcmp(type, "ack")) {
-        mic_packets_ack(L->pk, (size_t)jnum(e, "offset"));
+        /* the server may need the audio from `durable` on for a resume (on another
+           instance); older servers send only `offset` */
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(e, "durable");
+        mic_packets_ack(L->pk, (size_t)(cJSON_IsNumber(d) ? d->valuedouble : jnum(e, "offset")));
+    } else if (!strcmp(type, "reconnect")) {
+        SOTTO_WARN("server: %s; resuming", jstr(e, "message"));
     } else if (!strcmp(type, "partial")) {
         show_partial(L, jstr(e, "committed"), jstr(e, "tentative"));
     } else if (!strcmp(type, "commit")) {
         show_partial(L, jstr(e, "committed"), "");
     } else if (!strcmp(type, "final")) {
+        long long utt = (long long)jnum(e, "utterance");
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "replayed")) && utt <= L->last_final) return;
+        if (utt > L->last_final) L->last_final = utt;
         show_final(L, jstr(e, "text"));
     } else if (!strcmp(type, "warning")) {
         SOTTO_WARN("server: %s: %s", jstr(e, "code"), jstr(e, "message"));

@@ -56,13 +56,14 @@ if [ "$only_unit" -eq 0 ]; then
   # sotto-mic's device test capture from a private PulseAudio server through ALSA's pulse plugin.
   # The fuzzers (scripts/fuzz.sh) need clang and libFuzzer (libclang-rt-14-dev).
   missing=()
-  for p in firefox-esr pulseaudio pulseaudio-utils libasound2-plugins opus-tools clang libclang-rt-14-dev; do
+  # The fleet test (test_fleet.py) starts its own haproxy and redis-server.
+  for p in firefox-esr pulseaudio pulseaudio-utils libasound2-plugins opus-tools clang libclang-rt-14-dev haproxy redis-server; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -ne 0 ]; then
     sudo=""
     [ "$(id -u)" -ne 0 ] && sudo="sudo"
-    echo "test: installing ${missing[*]} for the Firefox, audio device and fuzz tests"
+    echo "test: installing ${missing[*]} for the Firefox, audio device, fuzz and fleet tests"
     $sudo apt-get update -qq || die "apt-get update failed"
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
       || die "apt-get install ${missing[*]} failed"
@@ -133,6 +134,8 @@ if [ "$only_unit" -eq 0 ]; then
     run "security: admission, timeouts, frame limits, keys and tokens" "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "security under ASan+UBSan" "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "soak: hostile clients around one real-time session under ASan+UBSan (short)" "$py" "$R/test_soak.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --short
+    run "fleet: 3 instances behind HAProxy, sessions checkpointed to Redis (kill -9, SIGTERM, Redis restart)" "$py" "$R/test_fleet.py" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest" --mic "$root/build/sotto-mic"
+    run "fleet under ASan+UBSan (cross-instance resume, kill -9)" "$py" "$R/test_fleet.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --only resume,kill --sessions 3
     run "desktop client sotto-mic (ASan+UBSan build)" "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
   fi
 fi

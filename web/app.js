@@ -248,6 +248,7 @@ function onEvent(e) {
   switch (e.type) {
     case 'ready':
       S.session = e.session; S.token = e.token; S.streaming = true; S.next = 0; S.reconnects = 0; S.everReady = true;
+      S.lastFinal = 0;
       setStatus(`dictating: ${e.model}, ${e.weights} (${(e.weights_bytes / 1e6).toFixed(0)} MB)` +
                 (e.language ? `, ${e.language}` : ''), 'live');
       if (e.feed) feedLink(e.feed);
@@ -256,12 +257,15 @@ function onEvent(e) {
     case 'resumed':
       S.resumes++;
       S.next = Math.floor(e.offset / unitsPerPacket()); S.streaming = true; S.reconnects = 0;
+      S.stopSent = false;                     // after the audio from the offset, stop again (another instance may not have it)
+      if (e.restored) { T.committed = ''; T.tentative = ''; } // the open utterance is transcribed again
       setStatus('dictating (reconnected)', 'live');
       if (e.events_lost) showError('Some live updates were lost while disconnected; the final text is complete.');
       pump();
       break;
     case 'ack': {
-      const upto = Math.floor(e.offset / unitsPerPacket());
+      // the server may need the audio from `durable` on for a resume (on another instance)
+      const upto = Math.floor((typeof e.durable === 'number' ? e.durable : e.offset) / unitsPerPacket());
       for (let i = S.acked; i < upto && i < S.packets.length; i++) S.packets[i] = null;
       S.acked = Math.max(S.acked, upto);
       pump();
@@ -269,7 +273,10 @@ function onEvent(e) {
     }
     case 'speech_start': setSpeech(true); break;
     case 'speech_end': S.speechEndAt[e.utterance] = performance.now(); S.pendingSince = performance.now(); setSpeech(false); break;
+    case 'reconnect': setStatus('reconnecting (the server is restarting)…'); break;
     case 'final':
+      if (e.replayed && e.utterance <= S.lastFinal) return; // a restore replays finals we may have
+      S.lastFinal = Math.max(S.lastFinal || 0, e.utterance);
       if (S.speechEndAt[e.utterance]) S.finalLatency = Math.round(performance.now() - S.speechEndAt[e.utterance]);
       S.pendingSince = null;
       break;
