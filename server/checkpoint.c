@@ -137,12 +137,16 @@ void srv_checkpoint_maybe_locked(srv *s, srv_session *ss, int force) {
     uint64_t units, at, durable;
     srv_durable_locked(ss, &units, &at, &durable);
     if (!force && !ss->ckpt_due && durable < ss->ckpt_durable + CKPT_DURABLE_STEP) return;
+    double t0 = srv_now();
     cJSON *doc = build_doc_locked(s, ss, units, at, durable);
     char *json = doc ? cJSON_PrintUnformatted(doc) : NULL;
     cJSON_Delete(doc);
     if (!json || srv_persist_put(s->persist, ss->id_str, ss->epoch, units, json, strlen(json)))
         sotto_log(SOTTO_LOG_WARN, ss->id, "checkpoint not queued (out of memory)");
+    else
+        atomic_fetch_add(&s->m.checkpoint_bytes, strlen(json));
     free(json);
+    srv_hist_add(&s->m.checkpoint, srv_now() - t0);
     ss->ckpt_due = 0;
     ss->ckpt_durable = durable;
     ss->ckpt_at = srv_now();

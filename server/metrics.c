@@ -126,6 +126,11 @@ char *srv_metrics_render(srv *s, size_t *len) {
                 "checkpoints not written because another instance restored the session since", ps.refused);
         gauge(&o, "sotto_checkpoints_queued", "sessions whose newest checkpoint waits to be written", ps.queued);
         counter(&o, "sotto_checkpoint_read_errors_total", "resumes that could not read Redis", ps.read_errors);
+        counter_s(&o, "sotto_checkpoint_write_seconds_total",
+                  "time the checkpoint writer spent in successful Redis writes (round trips)", ps.write_us / 1e6);
+        counter(&o, "sotto_checkpoint_bytes_total", "bytes of checkpoints queued", atomic_load(&m->checkpoint_bytes));
+        hist(&o, "sotto_checkpoint_seconds", "building and queueing a checkpoint, on the session's thread",
+             &m->checkpoint);
     }
     gauge(&o, "sotto_connections", "WebSocket connections open", atomic_load(&m->connections));
     counter(&o, "sotto_connections_rejected_total",

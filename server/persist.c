@@ -233,6 +233,8 @@ static void *writer_main(void *arg) {
         pthread_mutex_unlock(&p->lock);
 
         int ok = 0, refused = 0;
+        struct timespec w0, w1;
+        clock_gettime(CLOCK_MONOTONIC, &w0);
         if (writer_conn(p, &c)) {
             char key[ID_MAX + sizeof KEY_PREFIX], ep[24], ttl[24];
             snprintf(key, sizeof key, KEY_PREFIX "%s", it.id);
@@ -247,8 +249,10 @@ static void *writer_main(void *arg) {
             if (!r) writer_lost(p, &c);
             freeReplyObject(r);
         }
+        clock_gettime(CLOCK_MONOTONIC, &w1);
         pthread_mutex_lock(&p->lock);
         if (ok) {
+            p->st.write_us += (uint64_t)((w1.tv_sec - w0.tv_sec) * 1000000LL + (w1.tv_nsec - w0.tv_nsec) / 1000);
             p->st.writes += !refused;
             p->st.refused += refused;
         } else {

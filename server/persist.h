@@ -27,6 +27,7 @@ typedef struct srv_persist_stats {
     uint64_t replaced;      /* queued documents replaced by a newer one before being written */
     uint64_t refused;       /* writes refused: another instance restored the session since */
     uint64_t reads, read_errors;
+    uint64_t write_us;      /* time the writer spent in successful writes (round trips) */
     int connected;          /* the writer's connection is up */
     int queued;             /* documents waiting */
 } srv_persist_stats;

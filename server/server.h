@@ -132,6 +132,8 @@ typedef struct srv_metrics {
     _Atomic uint64_t step_grows, admission_closes, sessions_refused_overload;
     _Atomic uint64_t model_loads;  /* variants loaded (the loader thread and uploads) */
     srv_hist pass_queue, encode, decode, pass_total, first_token;
+    srv_hist checkpoint;          /* building and queueing a checkpoint (the session's thread) */
+    _Atomic uint64_t checkpoint_bytes;
 } srv_metrics;
 
 void srv_hist_add(srv_hist *h, double seconds);

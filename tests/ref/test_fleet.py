@@ -237,6 +237,7 @@ class Session:
         self.audio = audio
         self.start = start
         self.events = []          # every event of every connection, in arrival order
+        self.times = []           # ... and when each arrived (monotonic)
         self.instances = []       # the instance of each connection (ready / resumed)
         self.durable = 0          # the newest durable offset the server gave: audio before it is dropped
         self.resumes = []         # (resumed event, the durable offset the client held then)
@@ -252,6 +253,16 @@ class Session:
             if e.get("type") == "final":
                 fins[e["utterance"]] = e.get("text", "")
         return "".join(fins[u] for u in sorted(fins))
+
+    def final_latencies(self):
+        """Seconds from each utterance's speech_end event to its final event."""
+        ends, out = {}, []
+        for t, e in zip(self.times, self.events):
+            if e.get("type") == "speech_end":
+                ends[e.get("utterance")] = t
+            elif e.get("type") == "final" and e.get("utterance") in ends:
+                out.append(t - ends.pop(e.get("utterance")))
+        return out
 
     def open_utterance_at_loss(self):
         """An utterance had started (speech_start) without its final when the connection broke."""
@@ -316,11 +327,12 @@ async def run_session(url, sess, t_base, realtime=True, max_resumes=5, loss_time
         async def pump():
             nonlocal seen
             while seen < len(res.events):
-                e = res.events[seen][1]
+                t, e = res.events[seen]
                 seen += 1
                 if e.get("type") == "hello" and resumed:
                     continue
                 sess.events.append(e)
+                sess.times.append(t)
                 if "seq" in e and e.get("type") != "hello":
                     sess.last_seq = max(sess.last_seq, e["seq"])
                 if e.get("type") == "ack" and "durable" in e:
