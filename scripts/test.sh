@@ -134,8 +134,8 @@ if [ "$only_unit" -eq 0 ]; then
     run "security: admission, timeouts, frame limits, keys and tokens" "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "security under ASan+UBSan" "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "soak: hostile clients around one real-time session under ASan+UBSan (short)" "$py" "$R/test_soak.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --short
-    run "fleet: 3 instances behind HAProxy, sessions checkpointed to Redis (kill -9, SIGTERM, Redis restart)" "$py" "$R/test_fleet.py" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest" --mic "$root/build/sotto-mic"
-    run "fleet under ASan+UBSan (cross-instance resume, kill -9)" "$py" "$R/test_fleet.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --only resume,kill --sessions 3
+    run "fleet: 3 instances behind HAProxy sharing Redis (feeds, kill -9, SIGTERM, Redis restart, sotto-mic)" "$py" "$R/test_fleet.py" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest" --mic "$root/build/sotto-mic"
+    run "fleet under ASan+UBSan (cross-instance resume, feeds, kill -9)" "$py" "$R/test_fleet.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --only resume,feeds,kill --sessions 3 --viewers 30
     run "desktop client sotto-mic (ASan+UBSan build)" "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
   fi
 fi

@@ -64,7 +64,7 @@ void srv_durable_locked(srv_session *ss, uint64_t *units, uint64_t *at_sample, u
 }
 
 void srv_checkpoint_note_final_locked(srv_session *ss, const cJSON *final_event) {
-    if (!ss->srv->persist || !ss->start_json) return;
+    if (!ss->srv || !ss->srv->persist || !ss->start_json) return; /* feed proxies have no srv */
     if (!ss->finals && !(ss->finals = cJSON_CreateArray())) return;
     cJSON *copy = cJSON_Duplicate(final_event, 1);
     if (!copy) return;

@@ -112,12 +112,21 @@ srv_session *srv_feed_find(srv *s, const char *name) {
     int n = ended_take_locked(srv_now(), NULL, gone);
     for (srv_session *ss = s->sessions; ss && !found; ss = ss->next)
         if (ss->feed[0] && strcmp(ss->feed, name) == 0) found = ss;
-    for (int i = 0; i < g_n_ended && !found; i++)
-        if (!strcmp(g_ended[i]->feed, name)) found = g_ended[i];
+    srv_session *ended = NULL;
+    for (int i = 0; i < g_n_ended && !ended; i++)
+        if (!strcmp(g_ended[i]->feed, name)) ended = g_ended[i];
     if (found) found->refs++;
+    else if (ended) ended->refs++;
     pthread_mutex_unlock(&s->lock);
     ended_release(s, gone, n);
-    return found;
+    if (found) return found;
+    /* with --redis, Redis knows the newest session under the name, here or elsewhere */
+    srv_session *remote = srv_feed_remote_find(s, name);
+    if (remote) {
+        if (ended) srv_session_unref(s, ended);
+        return remote;
+    }
+    return ended;
 }
 
 /* Feed names and the key that first published each (srv->lock). Bounded:

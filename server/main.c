@@ -108,7 +108,14 @@ int main(int argc, char **argv) {
             srv_options_free(&s.opt);
             return 2;
         }
-        SOTTO_INFO("sessions are checkpointed to %s (instance %s)", s.opt.redis_url, s.opt.instance);
+        if (srv_feed_remote_start(&s, s.opt.redis_url, why, sizeof why)) {
+            SOTTO_ERROR("%s", why);
+            srv_persist_free(s.persist);
+            srv_options_free(&s.opt);
+            return 2;
+        }
+        SOTTO_INFO("sessions are checkpointed to %s (instance %s); feeds are shared there", s.opt.redis_url,
+                   s.opt.instance);
     }
     g_server = &s;
     struct sigaction sa;
@@ -141,6 +148,7 @@ int main(int argc, char **argv) {
     srv_worker_stop(&s);
     srv_gateway_destroy(&s);
     if (s.persist) srv_persist_quiesce(s.persist); /* its hooks look sessions up */
+    if (s.persist) srv_feed_remote_stop(&s);        /* its threads read feeds' sessions */
     /* sessions still in the table */
     while (s.sessions) {
         srv_session *ss = s.sessions;

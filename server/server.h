@@ -370,6 +370,26 @@ char *srv_feed_history_locked(srv_session *ss);
 int srv_feed_viewer_add(srv_session *ss, struct lws *wsi);
 void srv_feed_viewer_remove(srv_session *ss, struct lws *wsi);
 
+/* feeds across instances with --redis (feed_remote.c) */
+int srv_feed_remote_start(srv *s, const char *url, char *why, size_t why_sz);
+void srv_feed_remote_stop(srv *s); /* after the service thread has stopped */
+/* The fleet-wide claim of a name for ss (service thread): 0, -1 (a live
+ * session elsewhere has it), -2 (another key owns it), 1 (Redis unreachable:
+ * the local claim stands alone). */
+int srv_feed_remote_claim(srv *s, srv_session *ss, const char *name);
+/* A viewer event of a published session, queued for its Redis stream (and
+ * finals for its list); json is the event as sent. Session lock held. */
+void srv_feed_remote_publish_locked(srv *s, srv_session *ss, const char *json, size_t len, const cJSON *ev,
+                                    int is_final, int is_done);
+/* Keeps a live published session's claim from expiring (every 20 s). */
+void srv_feed_remote_refresh(srv *s, srv_session *ss);
+/* A feed another instance publishes (or published), as a proxy record that
+ * viewers read like a session; takes a ref; NULL if Redis has no such feed. */
+srv_session *srv_feed_remote_find(srv *s, const char *name);
+/* Service thread, after a wake-up: proxies' viewers with new events. */
+void srv_feed_remote_wake(srv *s);
+void srv_feed_remote_stats(uint64_t *written, uint64_t *dropped);
+
 /* API keys and client tokens (auth.c). With keys configured, a request is
  * authorized by a key or an unexpired token in "Authorization: Bearer X" /
  * "Authorization: Token X", the Sec-WebSocket-Protocol list

@@ -198,6 +198,8 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     cJSON_AddNumberToObject(ev, "seq", (double)seq);
     if (is_final) srv_checkpoint_note_final_locked(ss, ev);
     char *json = cJSON_PrintUnformatted(ev);
+    if (json && is_viewer && ss->feed[0] && s->persist)
+        srv_feed_remote_publish_locked(s, ss, json, strlen(json), ev, is_final, is_done);
     cJSON_Delete(ev);
     if (!json) return;
     srv_event *slot = &ss->ring[seq % SRV_EVENT_RING];

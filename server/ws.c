@@ -161,6 +161,18 @@ static void on_start(srv *s, srv_session *ss, const cJSON *msg) {
         return;
     }
     int claim = st.has_feed ? srv_feed_claim(s, ss, st.feed, st.has_feed_key ? st.feed_key : NULL) : 0;
+    if (claim == 0 && st.has_feed && s->persist) { /* and across the fleet */
+        claim = srv_feed_remote_claim(s, ss, st.feed);
+        if (claim == 1) {
+            sotto_log(SOTTO_LOG_WARN, ss->id, "feed %s: Redis unreachable; published on this instance only", st.feed);
+            claim = 0;
+        }
+        if (claim) {
+            pthread_mutex_lock(&s->lock);
+            ss->feed[0] = '\0'; /* give the local claim back */
+            pthread_mutex_unlock(&s->lock);
+        }
+    }
     if (claim == -1) {
         snprintf(why, sizeof why, "the feed name '%s' is taken", st.feed);
         srv_session_error(s, ss, "feed_taken", why, 0);
@@ -569,6 +581,9 @@ static void service_wakeup(srv *s) {
     if (draining && s->drain_started == 0) s->drain_started = srv_now();
     srv_session *to_stop[256];
     int n_stop = 0, active = 0;
+    static double feeds_refreshed; /* service thread only */
+    int refresh_feeds = s->persist && srv_now() - feeds_refreshed > 20;
+    if (refresh_feeds) feeds_refreshed = srv_now();
     pthread_mutex_lock(&s->lock);
     for (srv_session *ss = s->sessions; ss; ss = ss->next) {
         pthread_mutex_lock(&ss->lock);
@@ -586,6 +601,8 @@ static void service_wakeup(srv *s) {
         }
         if (ss->wsi && pending) lws_callback_on_writable(ss->wsi);
         srv_checkpoint_maybe_locked(s, ss, 0); /* detached ones too, and all after a Redis outage */
+        if (refresh_feeds && ss->feed[0] && ss->state >= SESS_LOADING && ss->state <= SESS_STOPPING)
+            srv_feed_remote_refresh(s, ss);
         if (ss->n_viewers && (ss->next_seq - 1 > ss->viewers_woken_seq || ss->state == SESS_DONE)) {
             /* feed viewers: new events, or the end */
             ss->viewers_woken_seq = ss->next_seq - 1;
@@ -598,6 +615,7 @@ static void service_wakeup(srv *s) {
         if (!move_session(s, to_stop[i])) on_stop(s, to_stop[i], 1);
         srv_session_unref(s, to_stop[i]);
     }
+    srv_feed_remote_wake(s);
     srv_batch_wakeup(s);
     active += srv_batch_busy();
     if (draining && (active == 0 || srv_now() - s->drain_started > s->opt.drain_s))

@@ -21,6 +21,9 @@ Sections (--only NAME,...):
            it is away, the servers log what they could not write, and checkpoints are
            written again once it is back; a resume that needs Redis while it is away gets
            `store_unavailable`, not a hang or a crash.
+  feeds    a feed published on one instance is followed by 100 viewers on the two others
+           (through Redis), in order, with history for late viewers; the .vtt is the same
+           from every instance; the name is refused elsewhere while it is live.
   mic      sotto-mic streams a file through HAProxy; its instance is killed mid-utterance;
            it resumes on another and its --output matches an uninterrupted run.
   resume   cross-instance resume rules: a wrong token or an unknown session gets
@@ -657,6 +660,99 @@ def section_resume(fl, ck, audios, clips):
     ck.ok("resume: a finished session's checkpoint is deleted", fl.redis.get(f"sotto:session:{out['sid']}") is None)
 
 
+def section_feeds(fl, ck, clip, audio, n_viewers=100):
+    """A feed published on i1, followed by viewers on i2 and i3 (through Redis)."""
+    i1, i2, i3 = fl.instances
+    name = "fleet-feed"
+    state = {}
+
+    async def viewer(inst, k, delay):
+        await asyncio.sleep(delay)
+        url = f"ws://127.0.0.1:{inst.port}/v1/feeds/{name}"
+        res = sc.StreamResult()
+        try:
+            ws = await sc.open_ws(url, timeout=20)
+        except Exception as e:
+            res.exception = e
+            return res
+        rx = asyncio.create_task(sc._receiver(ws, res))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(rx, 120)
+        with contextlib.suppress(Exception):
+            await ws.close()
+        return res
+
+    async def main():
+        ws, res, rx = await sc.connect(i1.ws_url)
+        await ws.send(json.dumps({"type": "start", **audio.start_fields(), "feed": name}))
+        ev = await sc.wait_for(res, lambda e: e.get("type") in ("ready", "error"), 60)
+        if not ev or ev.get("type") != "ready":
+            raise RuntimeError(f"publisher: no ready: {ev}")
+        # the name is the fleet's: another instance refuses it while this session is live
+        ws2, r2, rx2 = await sc.connect(i2.ws_url)
+        await ws2.send(json.dumps({"type": "start", **audio.start_fields(), "feed": name}))
+        state["taken"] = await sc.wait_for(r2, lambda e: e.get("type") in ("ready", "error"), 30)
+        await sc.finish(ws2, rx2)
+        # early viewers, then late ones during the speech (history), on i2 and i3
+        vs = [asyncio.create_task(viewer(i2 if k % 2 == 0 else i3, k, 0.0 if k < n_viewers // 2 else
+                                         1.0 + (k % 10) * audio.seconds / 12.0)) for k in range(n_viewers)]
+        await asyncio.sleep(1.0)
+        await sc.send_audio(ws, res, audio, realtime=True)
+        await sc.finish(ws, rx)
+        state["viewers"] = await asyncio.gather(*vs)
+        # after the end: the whole text as history, then done... on instances that
+        # never held the session
+        state["after"] = await asyncio.gather(*(viewer(i2 if k % 2 else i3, k, 0.0) for k in range(10)))
+        state["publisher"] = res
+
+    asyncio.run(main())
+    t = state["taken"] or {}
+    ck.ok("feeds: another instance refuses the name while it is live (feed_taken)",
+          t.get("type") == "error" and t.get("code") == "feed_taken", f"{t}")
+    pub = state["publisher"]
+    pub_finals = [(e["utterance"], e["text"].strip()) for e in pub.of_type("final") if e.get("text", "").strip()]
+    ck.ok("feeds: the publisher's session finished with finals", pub.done is not None and pub_finals,
+          f"{pub.summary()}")
+    bad = []
+    for k, r in enumerate(state["viewers"]):
+        evs = [e for _, e in r.events]
+        hist = [e for e in evs if e.get("type") == "feed"]
+        if r.exception or not hist:
+            bad.append(f"viewer {k}: {r.exception or 'no feed history event'} {[e.get('type') for e in evs[:3]]}")
+            continue
+        seqs = [e.get("seq") for e in evs if "seq" in e]
+        if any(b <= a for a, b in zip(seqs, seqs[1:])):
+            bad.append(f"viewer {k}: seq not increasing")
+        got = [(f["utterance"], f["text"].strip()) for f in hist[0].get("finals", [])]
+        got += [(e["utterance"], e["text"].strip()) for e in evs if e.get("type") == "final" and e.get("text", "").strip()]
+        if got != pub_finals:
+            bad.append(f"viewer {k}: finals (history + live) {got} != the publisher's {pub_finals}")
+        if not any(e.get("type") == "done" for e in evs):
+            bad.append(f"viewer {k}: no done")
+    after = []
+    for r in state["after"]:
+        evs = [e for _, e in r.events]
+        h = [e for e in evs if e.get("type") == "feed"]
+        after.append([(f["utterance"], f["text"].strip()) for f in h[0].get("finals", [])] if h else None)
+    ck.ok("feeds: 10 viewers after the end (i2, i3) got every final as history", all(a == pub_finals for a in after),
+          f"{after[:2]} vs {pub_finals}")
+    late = sum(1 for r in state["viewers"] + state["after"]
+               if any(e.get("type") == "feed" and e.get("finals") for _, e in r.events))
+    ck.ok(f"feeds: {n_viewers} viewers on i2 and i3 got the finals in order (history + live), once each, and done",
+          not bad, "; ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else ""))
+    ck.ok("feeds: some viewers came late and got the earlier finals as history", late > 0, f"{late}")
+    partials = sum(1 for r in state["viewers"] for _, e in r.events if e.get("type") == "partial")
+    ck.ok("feeds: viewers elsewhere get partials as they are generated", partials > 0, f"{partials}")
+    time.sleep(0.5)
+    vtts = [sc.http_get(f"{i.http_url}/v1/feeds/{name}.vtt") for i in (i1, i2, i3)]
+    ck.ok("feeds: /v1/feeds/NAME.vtt is the same from every instance",
+          all(st == 200 for st, _ in vtts) and len({b for _, b in vtts}) == 1 and "WEBVTT" in vtts[0][1],
+          f"{[(st, b[:80]) for st, b in vtts]}")
+    m = i1.metrics()
+    ck.ok("feeds: the publisher wrote the feed to Redis", m.get("sotto_feed_redis_writes_total", 0) > 0
+          and m.get("sotto_feed_redis_dropped_total", 1) == 0, f"{m.get('sotto_feed_redis_writes_total')}")
+
+
 def section_mic(fl, ck, clip):
     """sotto-mic through HAProxy; its instance is killed mid-utterance; it resumes elsewhere."""
     out0, out1 = os.path.join(fl.tmp, "mic0.txt"), os.path.join(fl.tmp, "mic1.txt")
@@ -705,7 +801,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="CPU threads per instance (3 share this machine)")
     ap.add_argument("--sessions", type=int, default=6)
     ap.add_argument("--mic", help="sotto-mic binary (the mic section)")
-    ap.add_argument("--only", default="resume,kill,sigterm,redis,mic")
+    ap.add_argument("--viewers", type=int, default=100)
+    ap.add_argument("--only", default="resume,feeds,kill,sigterm,redis,mic")
     args = ap.parse_args()
     for tool in ("haproxy", "redis-server"):
         if not shutil.which(tool):
@@ -743,6 +840,9 @@ def main():
             section_sigterm(fl, ck, clips[:3], audios, baseline)
         if "redis" in only:
             section_redis(fl, ck, clips[:3], audios, baseline)
+        if "feeds" in only:
+            feed_clip = rows[3]  # 15 s: viewers join during it
+            section_feeds(fl, ck, feed_clip, sc.load_clip(feed_clip["file"], "s16_16k", tmp), args.viewers)
         if "mic" in only and args.mic:
             section_mic(fl, ck, clips[2])
     finally:
