@@ -73,6 +73,10 @@ void srv_checkpoint_note_final_locked(srv_session *ss, const cJSON *final_event)
     ss->ckpt_due = 1;
 }
 
+void srv_checkpoint_note_commit_locked(srv_session *ss) {
+    if (ss->srv && ss->srv->persist && ss->start_json) ss->ckpt_due = 1;
+}
+
 static cJSON *build_doc_locked(srv *s, srv_session *ss, uint64_t units, uint64_t at, uint64_t durable) {
     cJSON *d = cJSON_CreateObject(), *start = cJSON_Parse(ss->start_json);
     if (!d || !start) {
@@ -103,6 +107,19 @@ static cJSON *build_doc_locked(srv *s, srv_session *ss, uint64_t units, uint64_t
     cJSON_AddNumberToObject(d, "next_utterance", (double)next_utt);
     cJSON *c = cJSON_AddArrayToObject(d, "context");
     for (int i = 0; c && i < n_ctx; i++) cJSON_AddItemToArray(c, cJSON_CreateNumber(ctx[i]));
+    /* the open utterance's committed tokens (it restarts at the durable point with them) */
+    const int32_t *ct = NULL;
+    int n_ct = 0;
+    uint64_t bound = durable;
+    if (ss->dict) {
+        uint64_t u = sotto_dictation_get_committed(ss->dict, &ct, &n_ct, &bound);
+        if (u != next_utt) n_ct = 0;
+    } else if (ss->restore) {
+        ct = ss->restore_committed, n_ct = ss->n_restore_committed, bound = ss->restore_bound;
+    }
+    cJSON *cm = cJSON_AddArrayToObject(d, "committed");
+    for (int i = 0; cm && i < n_ct; i++) cJSON_AddItemToArray(cm, cJSON_CreateNumber(ct[i]));
+    cJSON_AddNumberToObject(d, "commit_bound", (double)bound);
     cJSON_AddItemToObject(d, "finals", ss->finals ? cJSON_Duplicate(ss->finals, 1) : cJSON_CreateArray());
     return d;
 }
@@ -183,11 +200,14 @@ int srv_checkpoint_restore(srv *s, srv_session *ss, const char *id, const char *
     const cJSON *start = cJSON_GetObjectItemCaseSensitive(d, "start");
     const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(d, "context");
     const cJSON *finals = cJSON_GetObjectItemCaseSensitive(d, "finals");
+    const cJSON *committed = cJSON_GetObjectItemCaseSensitive(d, "committed");
+    uint64_t commit_bound = 0;
     uint64_t epoch, next_seq, units, at, durable, next_utt;
     if (!d || !cJSON_IsString(tok) || !cJSON_IsNumber(owner) || !cJSON_IsObject(start) || !cJSON_IsArray(ctx) ||
         !cJSON_IsArray(finals) || jnum_u64(d, "epoch", &epoch) || jnum_u64(d, "next_seq", &next_seq) ||
         jnum_u64(d, "units", &units) || jnum_u64(d, "units_sample", &at) || jnum_u64(d, "durable", &durable) ||
-        jnum_u64(d, "next_utterance", &next_utt) || at > durable || next_seq < 1 || next_utt < 1) {
+        jnum_u64(d, "next_utterance", &next_utt) || at > durable || next_seq < 1 || next_utt < 1 ||
+        (committed && !cJSON_IsArray(committed)) || cJSON_GetArraySize(committed) > SOTTO_AGREEMENT_MAX_TOKENS) {
         cJSON_Delete(d);
         sotto_log(SOTTO_LOG_WARN, ss->id, "resume of %.40s: its checkpoint is malformed", id);
         return 1;
@@ -220,6 +240,16 @@ int srv_checkpoint_restore(srv *s, srv_session *ss, const char *id, const char *
         if (cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble < 1e6)
             ss->restore_ctx[ss->n_restore_ctx++] = (int32_t)t->valuedouble;
     }
+    jnum_u64(d, "commit_bound", &commit_bound);
+    int nc = committed ? cJSON_GetArraySize(committed) : 0;
+    ss->restore_committed = nc ? malloc(sizeof(int32_t) * (size_t)nc) : NULL;
+    ss->n_restore_committed = 0;
+    for (int i = 0; ss->restore_committed && i < nc; i++) {
+        const cJSON *t = cJSON_GetArrayItem(committed, i);
+        if (cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble < 1e6)
+            ss->restore_committed[ss->n_restore_committed++] = (int32_t)t->valuedouble;
+    }
+    ss->restore_bound = commit_bound;
     ss->units_in = ss->units_acked_sent = ss->durable_written = units;
     ss->ckpt_gen_seen = atomic_load(&s->ckpt_gen);
     ss->samples_out = at;

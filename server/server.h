@@ -256,6 +256,9 @@ typedef struct srv_session {
     uint64_t restore_at, restore_utterance;
     int32_t *restore_ctx;
     int n_restore_ctx;
+    int32_t *restore_committed;  /* the committed tokens of the utterance open at restore_at */
+    int n_restore_committed;
+    uint64_t restore_bound;
     uint64_t epoch;           /* restores of this session so far (persist.h) */
     cJSON *finals;            /* the latest finals (events with their seq), replayed after a restore */
     int ckpt_due;             /* a final was emitted since the last checkpoint */
@@ -331,6 +334,9 @@ void srv_mark_add_locked(srv_session *ss);
 void srv_durable_locked(srv_session *ss, uint64_t *units, uint64_t *at_sample, uint64_t *durable);
 /* A final was emitted (from srv_session_emit_locked, with the event). */
 void srv_checkpoint_note_final_locked(srv_session *ss, const cJSON *final_event);
+/* A commit was emitted: the next checkpoint keeps it (committed text never changes, even on
+   another instance). */
+void srv_checkpoint_note_commit_locked(srv_session *ss);
 /* Queues a checkpoint if one is due: a final since the last one, or the
  * durable point moved by 5 s (force: always). Session lock held; no-op without --redis. */
 void srv_checkpoint_maybe_locked(srv *s, srv_session *ss, int force);

@@ -65,6 +65,7 @@ static void session_free(srv *s, srv_session *ss) {
     free(ss->prompt_tokens);
     free(ss->start_json);
     free(ss->restore_ctx);
+    free(ss->restore_committed);
     cJSON_Delete(ss->finals);
     srv_feed_free_captions(ss);
     free(ss->viewers);
@@ -192,11 +193,12 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     const int is_ack = strcmp(t, "ack") == 0, is_viewer = srv_feed_is_viewer_event(t),
               is_done = strcmp(t, "done") == 0;
     if (ss->feed[0] && !strcmp(t, "final")) srv_feed_add_final(ss, ev);
-    const int is_final = !strcmp(t, "final");
+    const int is_final = !strcmp(t, "final"), is_commit = !strcmp(t, "commit");
     t = NULL;
     uint64_t seq = ss->next_seq++;
     cJSON_AddNumberToObject(ev, "seq", (double)seq);
     if (is_final) srv_checkpoint_note_final_locked(ss, ev);
+    else if (is_commit) srv_checkpoint_note_commit_locked(ss);
     char *json = cJSON_PrintUnformatted(ev);
     if (json && is_viewer && ss->feed[0] && s->persist)
         srv_feed_remote_publish_locked(s, ss, json, strlen(json), ev, is_final, is_done);

@@ -101,6 +101,9 @@ static void init_session(srv *s, srv_session *ss) {
     if (ss->restore) { /* continues a session from its checkpoint (checkpoint.c) */
         sotto_dictation_restore(ss->dict, ss->restore_at, ss->restore_utterance);
         if (ss->n_restore_ctx) sotto_dictation_set_context(ss->dict, ss->restore_ctx, ss->n_restore_ctx);
+        if (ss->n_restore_committed)
+            sotto_dictation_restore_committed(ss->dict, ss->restore_committed, ss->n_restore_committed,
+                                              ss->restore_bound);
     }
     cJSON *e = cJSON_CreateObject();
     if (e) {

@@ -46,6 +46,10 @@ struct sotto_dictation {
     uint64_t total;     /* samples accepted so far (absolute: from origin) */
     uint64_t origin;    /* absolute sample of the first audio pushed (a restored session's resume point) */
     uint64_t final_end; /* end of the latest window whose final event was emitted */
+    /* restored: the committed tokens of the utterance that was open, for the first window opened */
+    int32_t restore_committed[SOTTO_AGREEMENT_MAX_TOKENS];
+    int n_restore_committed;
+    uint64_t restore_utterance, restore_bound;
 
     window closed[MAX_CLOSED]; /* FIFO of windows awaiting their final pass */
     int n_closed;
@@ -239,6 +243,13 @@ static void open_window(sotto_dictation *d, uint64_t start) {
     d->open.end = 0;
     d->st.utterances++;
     if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = start;
+    if (d->n_restore_committed && d->open.id == d->restore_utterance && !d->n_closed) {
+        /* a restored session goes on with what its utterance had committed */
+        memcpy(d->committed, d->restore_committed, sizeof(int32_t) * (size_t)d->n_restore_committed);
+        d->n_committed = d->n_restore_committed;
+        if (d->restore_bound > d->commit_bound) d->commit_bound = d->restore_bound;
+    }
+    d->n_restore_committed = 0;
 }
 
 /* Where the audio a pass over w decodes begins: the previous utterance's
@@ -789,6 +800,25 @@ int sotto_dictation_restore(sotto_dictation *d, uint64_t origin, uint64_t next_u
     d->last_pass_end = d->prev_pass_end = d->commit_bound = origin;
     d->next_id = next_utterance;
     return SOTTO_OK;
+}
+
+int sotto_dictation_restore_committed(sotto_dictation *d, const int32_t *tokens, int n, uint64_t bound) {
+    if (d->total != d->origin || d->open.id || d->n_closed || n < 0 || n > SOTTO_AGREEMENT_MAX_TOKENS)
+        return SOTTO_E_INVALID;
+    memcpy(d->restore_committed, tokens, sizeof(int32_t) * (size_t)n);
+    d->n_restore_committed = n;
+    d->restore_utterance = d->next_id;
+    d->restore_bound = bound;
+    return SOTTO_OK;
+}
+
+uint64_t sotto_dictation_get_committed(const sotto_dictation *d, const int32_t **tokens, int *n,
+                                       uint64_t *bound) {
+    const window *w = front(d);
+    *tokens = d->committed;
+    *n = w ? d->n_committed : 0;
+    *bound = d->commit_bound;
+    return w ? w->id : 0;
 }
 
 uint64_t sotto_dictation_next_utterance(const sotto_dictation *d) {

@@ -166,12 +166,23 @@ int sotto_dictation_done(const sotto_dictation *d);
  * audio no utterance will use; nothing after it is in any final. A session
  * that is restored elsewhere from that point (its client resends the audio
  * from there) therefore neither loses nor repeats a final word. An
- * utterance that was open or awaiting its final restarts: its commits are
- * superseded by the restored session's. Absolute 16 kHz samples. */
+ * utterance that was open or awaiting its final is decoded again from its
+ * start, with its committed tokens restored (sotto_dictation_restore_committed).
+ * Absolute 16 kHz samples. */
 uint64_t sotto_dictation_durable(const sotto_dictation *d);
 /* The id the next final event will carry (the front window's, or the next
  * utterance's when none is open). */
 uint64_t sotto_dictation_next_utterance(const sotto_dictation *d);
+/* The committed tokens of the front window (the utterance at the durable
+ * point) and the sample its committed words were spoken before; returns
+ * that utterance's id, 0 (and *n 0) when none is open. Borrowed. */
+uint64_t sotto_dictation_get_committed(const sotto_dictation *d, const int32_t **tokens, int *n,
+                                       uint64_t *bound);
+/* After sotto_dictation_restore: the first utterance opened (the one that
+ * was open at the durable point) starts with these committed tokens, so
+ * that what the client saw committed stays so (passes force them, its
+ * final begins with them). SOTTO_E_INVALID once audio was pushed. */
+int sotto_dictation_restore_committed(sotto_dictation *d, const int32_t *tokens, int n, uint64_t bound);
 /* The text context passes are conditioned on (latest finalized text);
  * borrowed until the next call into d. */
 void sotto_dictation_get_context(const sotto_dictation *d, const int32_t **tokens, int *n);

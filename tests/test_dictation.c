@@ -608,6 +608,45 @@ int main(void) {
         CHECK(sotto_dictation_done(r) && sotto_dictation_durable(r) == dur + (uint64_t)(2.0f * SR));
         CHECK(sotto_dictation_restore(d, 0, 1) == SOTTO_E_INVALID);
         sotto_dictation_free(r);
+
+        /* restored in the middle of an utterance: its committed words stay committed */
+        events ev3 = {0}, ev4 = {0};
+        sotto_dictation *a = sotto_dictation_create(&p, tok, EOT, on_event, &ev3, &err);
+        push(a, 1.0f, 0, &seed);
+        push(a, 1.5f, 1, &seed);
+        int32_t hw[] = {HELLO, WORLD}, ha[] = {HELLO, AGAIN};
+        ps = sotto_dictation_take_pass(a);
+        CHECK(ps && sotto_dictation_complete_pass(a, ps->id, hw, 2) == SOTTO_OK);
+        push(a, 1.1f, 1, &seed);
+        ps = sotto_dictation_take_pass(a);
+        CHECK(ps && sotto_dictation_complete_pass(a, ps->id, ha, 2) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev3, "commit"), 1); /* " hello" */
+        const int32_t *ct;
+        int n_ct;
+        uint64_t bound;
+        uint64_t cu = sotto_dictation_get_committed(a, &ct, &n_ct, &bound);
+        uint64_t da = sotto_dictation_durable(a);
+        CHECK(cu == 1 && n_ct == 1 && ct[0] == HELLO && bound >= da);
+        sotto_dictation *b = sotto_dictation_create(&p, tok, EOT, on_event, &ev4, &err);
+        CHECK(b && sotto_dictation_restore(b, da, cu) == SOTTO_OK);
+        CHECK(sotto_dictation_restore_committed(b, ct, n_ct, bound) == SOTTO_OK);
+        push(b, 1.5f, 1, &seed); /* the client resends the utterance */
+        ps = sotto_dictation_take_pass(b);
+        CHECK(ps && ps->n_prefix == 1 && ps->prefix[0] == HELLO); /* the committed word is forced */
+        int32_t t2[] = {THERE};
+        if (ps) CHECK(sotto_dictation_complete_pass(b, ps->id, t2, 1) == SOTTO_OK);
+        sotto_dictation_flush(b, 1);
+        ps = sotto_dictation_take_pass(b);
+        CHECK(ps && ps->final && sotto_dictation_complete_pass(b, ps->id, t2, 1) == SOTTO_OK);
+        const cJSON *fb = last(&ev4, "final");
+        CHECK_MSG(fb && !strcmp(str(fb, "text"), " hello there") &&
+                  cJSON_GetObjectItem(fb, "utterance")->valueint == 1,
+                  "restored final '%s'", fb ? str(fb, "text") : "(none)");
+        CHECK(sotto_dictation_restore_committed(b, ct, n_ct, bound) == SOTTO_E_INVALID);
+        sotto_dictation_free(a);
+        sotto_dictation_free(b);
+        events_clear(&ev3);
+        events_clear(&ev4);
         sotto_dictation_free(d);
         events_clear(&ev);
         events_clear(&ev2);

@@ -258,7 +258,7 @@ function onEvent(e) {
       S.resumes++;
       S.next = Math.floor(e.offset / unitsPerPacket()); S.streaming = true; S.reconnects = 0;
       S.stopSent = false;                     // after the audio from the offset, stop again (another instance may not have it)
-      if (e.restored) { T.committed = ''; T.tentative = ''; } // the open utterance is transcribed again
+      if (e.restored) T.tentative = ''; // the open utterance is transcribed again, its committed text kept
       setStatus('dictating (reconnected)', 'live');
       if (e.events_lost) showError('Some live updates were lost while disconnected; the final text is complete.');
       pump();

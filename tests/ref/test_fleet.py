@@ -500,6 +500,15 @@ def section_kill(fl, ck, clips, audios, baseline):
         if s.t_lost and s.t_lost[0][1]:
             print(f"    {s.label}: lost to resumed on {s.instances[-1]} in {s.t_lost[0][1] - s.t_lost[0][0]:.2f} s")
     compare(ck, "kill", sessions, baseline)
+    # committed text never changes, even when the utterance goes on on another instance
+    for s in moved:
+        fins = {e["utterance"]: e.get("text", "") for e in s.events if e.get("type") == "final"}
+        bad = [(e["utterance"], e.get("committed"), fins.get(e["utterance"]))
+               for e in s.events if e.get("type") == "commit"
+               and not fins.get(e["utterance"], "").startswith(e.get("committed", ""))]
+        n_commits = sum(1 for e in s.events if e.get("type") == "commit")
+        ck.ok(f"kill: {s.label}: each of its {n_commits} commits is the start of its utterance's final, across "
+              f"the instances", not bad, f"{bad[:3]}")
     # utterance numbers: each final utterance once in the transcript, numbers increasing
     for s in moved:
         seqs = [e.get("seq") for e in s.events if "seq" in e]
