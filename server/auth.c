@@ -2,13 +2,15 @@
  *
  * Keys come from --api-key / --api-keys-file. A token ("ek_" + 128 random
  * bits in hex) is minted for a key by POST /v1/realtime/client_secrets and
- * stands for that key until it expires; tokens live in memory only (a
- * restart forgets them). Called on the service thread (HTTP and WebSocket
+ * stands for that key until it expires; tokens live in memory (a restart
+ * forgets them) and, with --redis, in Redis too, so that every instance of
+ * the fleet accepts them (fleet.c). Called on the service thread (HTTP and WebSocket
  * callbacks); the token table has its own lock all the same. */
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
 
 #include "compat.h"
+#include "log.h"
 
 #include <libwebsockets.h>
 #include <pthread.h>
@@ -45,8 +47,24 @@ static int key_index(srv *s, const char *k, size_t n) {
     return found;
 }
 
-static int token_ident(const char *k, size_t n) {
-    if (n != 3 + 32 || strncmp(k, SRV_TOKEN_PREFIX, 3)) return -1;
+/* Keeps token v (minted here, or by another instance) for ttl_s; 0, or -1 if the table is full. */
+static int token_keep(const char *v, int ident, double ttl_s) {
+    double now = srv_now();
+    int slot = -1;
+    pthread_mutex_lock(&g_tokens_lock);
+    for (int i = 0; i < MAX_TOKENS && slot < 0; i++)
+        if (!g_tokens[i].value[0] || g_tokens[i].expires <= now) slot = i;
+    if (slot >= 0) {
+        memcpy(g_tokens[slot].value, v, SRV_TOKEN_LEN);
+        g_tokens[slot].expires = now + ttl_s;
+        g_tokens[slot].ident = ident;
+    }
+    pthread_mutex_unlock(&g_tokens_lock);
+    return slot >= 0 ? 0 : -1;
+}
+
+static int token_ident(srv *s, const char *k, size_t n) {
+    if (n != 3 + 32 || strncmp(k, SRV_TOKEN_PREFIX, 3) || strspn(k + 3, "0123456789abcdef") != 32) return -1;
     double now = srv_now();
     int found = -1;
     pthread_mutex_lock(&g_tokens_lock);
@@ -54,13 +72,23 @@ static int token_ident(const char *k, size_t n) {
         if (g_tokens[i].value[0] && g_tokens[i].expires > now && same(k, n, g_tokens[i].value))
             found = g_tokens[i].ident;
     pthread_mutex_unlock(&g_tokens_lock);
+    if (found < 0 && s->persist) { /* minted by another instance? */
+        char v[SRV_TOKEN_LEN] = {0};
+        memcpy(v, k, n);
+        int ident;
+        double left;
+        if (srv_fleet_token_get(s, v, &ident, &left) == 0 && ident >= 0 && ident < s->opt.n_api_keys) {
+            token_keep(v, ident, left);
+            found = ident;
+        }
+    }
     return found;
 }
 
 /* The key (or, if tokens count, the token) k stands for: its key index or -1. */
 static int credential(srv *s, const char *k, size_t n, int tokens) {
     int i = key_index(s, k, n);
-    return i >= 0 || !tokens ? i : token_ident(k, n);
+    return i >= 0 || !tokens ? i : token_ident(s, k, n);
 }
 
 /* Tries every form a request can carry a credential in; -1 if none is valid. */
@@ -131,18 +159,9 @@ int srv_token_mint(srv *s, int ident, double ttl_s, char out[SRV_TOKEN_LEN], dou
     char v[SRV_TOKEN_LEN];
     memcpy(v, SRV_TOKEN_PREFIX, 3);
     for (size_t i = 0; i < sizeof b; i++) snprintf(v + 3 + 2 * i, 3, "%02x", b[i]);
-    double now = srv_now();
-    int slot = -1;
-    pthread_mutex_lock(&g_tokens_lock);
-    for (int i = 0; i < MAX_TOKENS && slot < 0; i++)
-        if (!g_tokens[i].value[0] || g_tokens[i].expires <= now) slot = i;
-    if (slot >= 0) {
-        memcpy(g_tokens[slot].value, v, sizeof v);
-        g_tokens[slot].expires = now + ttl_s;
-        g_tokens[slot].ident = ident;
-    }
-    pthread_mutex_unlock(&g_tokens_lock);
-    if (slot < 0) return -1;
+    if (token_keep(v, ident, ttl_s)) return -1;
+    if (s->persist && srv_fleet_token_put(s, v, ident, ttl_s))
+        SOTTO_WARN("client token not stored in Redis: only this instance accepts it");
     memcpy(out, v, sizeof v);
     *expires_at = (double)time(NULL) + ttl_s;
     atomic_fetch_add(&s->m.tokens_issued, 1);

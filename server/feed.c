@@ -166,7 +166,8 @@ static int own_locked(srv *s, const char *name, int owner, const srv_session *ss
 
 int srv_feed_claim(srv *s, srv_session *ss, const char *name, const char *key) {
     pthread_mutex_lock(&s->lock);
-    int rc = own_locked(s, name, ss->owner, ss);
+    /* with --redis the fleet's record in Redis says who owns a name (fleet.c) */
+    int rc = s->persist ? 0 : own_locked(s, name, ss->owner, ss);
     srv_session *old = rc ? NULL : holder_locked(s, name, ss);
     if (old) {
         /* a finished feed of the same owner (kept for its captions) gives the name up */

@@ -376,7 +376,7 @@ char *srv_feed_history_locked(srv_session *ss);
 int srv_feed_viewer_add(srv_session *ss, struct lws *wsi);
 void srv_feed_viewer_remove(srv_session *ss, struct lws *wsi);
 
-/* feeds across instances with --redis (feed_remote.c) */
+/* feeds across instances with --redis (fleet.c) */
 int srv_feed_remote_start(srv *s, const char *url, char *why, size_t why_sz);
 void srv_feed_remote_stop(srv *s); /* after the service thread has stopped */
 /* The fleet-wide claim of a name for ss (service thread): 0, -1 (a live
@@ -395,6 +395,11 @@ srv_session *srv_feed_remote_find(srv *s, const char *name);
 /* Service thread, after a wake-up: proxies' viewers with new events. */
 void srv_feed_remote_wake(srv *s);
 void srv_feed_remote_stats(uint64_t *written, uint64_t *dropped);
+/* Client tokens across the fleet (fleet.c; service thread): stored at mint,
+ * looked up by an instance that does not know one. 0, or -1 (none, or Redis
+ * unreachable). */
+int srv_fleet_token_put(srv *s, const char *value, int ident, double ttl_s);
+int srv_fleet_token_get(srv *s, const char *value, int *ident, double *ttl_left);
 
 /* API keys and client tokens (auth.c). With keys configured, a request is
  * authorized by a key or an unexpired token in "Authorization: Bearer X" /

@@ -24,6 +24,8 @@ Sections (--only NAME,...):
   feeds    a feed published on one instance is followed by 100 viewers on the two others
            (through Redis), in order, with history for late viewers; the .vtt is the same
            from every instance; the name is refused elsewhere while it is live.
+  keys     two instances with API keys: a token minted on one works on the other, another
+           key cannot resume a session elsewhere, feed names belong to their first key.
   mic      sotto-mic streams a file through HAProxy; its instance is killed mid-utterance;
            it resumes on another and its --output matches an uninterrupted run.
   resume   cross-instance resume rules: a wrong token or an unknown session gets
@@ -47,6 +49,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import refcommon as rc  # noqa: E402
+import websockets  # noqa: E402
 import server_client as sc  # noqa: E402
 
 # Word errors a streamed transcript may have beyond its uninterrupted run
@@ -762,6 +765,89 @@ def section_feeds(fl, ck, clip, audio, n_viewers=100):
           and m.get("sotto_feed_redis_dropped_total", 1) == 0, f"{m.get('sotto_feed_redis_writes_total')}")
 
 
+def section_keys(args, tmp, ck, audio):
+    """API keys across the fleet: tokens minted on one instance work on the others, a
+    session cannot be resumed with another key on another instance, feed names belong to
+    their first key fleet-wide."""
+    import urllib.request
+    k1, k2 = "sk-fleet-key-one-0001", "sk-fleet-key-two-0002"
+    redis = Redis(tmp).start()
+    insts = [Instance(args.server, args.model, f"k{i + 1}", sc.free_port(), redis.url, 1,
+                      extra=["--api-key", k1, "--api-key", k2]) for i in range(2)]
+    try:
+        for i in insts:
+            i.start()
+        a, b = insts
+        req = urllib.request.Request(a.http_url + "/v1/realtime/client_secrets", data=b"", method="POST",
+                                     headers={"Authorization": f"Bearer {k1}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            token = json.loads(r.read())["value"]
+
+        async def first_event(url, msg):
+            res = sc.StreamResult()
+            try:
+                ws = await sc.open_ws(url)
+            except Exception as e:
+                return {"type": "<no connection>", "why": str(e)}
+            rx = asyncio.create_task(sc._receiver(ws, res))
+            if msg:  # a refused connection may be closed (1008) before this is sent
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    await ws.send(json.dumps(msg))
+            ev = await sc.wait_for(res, lambda e: e.get("type") in ("ready", "resumed", "error"), 30)
+            with contextlib.suppress(Exception):
+                await ws.close()
+                await asyncio.wait_for(rx, 5)
+            return ev or {}
+
+        async def main():
+            out = {}
+            start = {"type": "start", **audio.start_fields()}
+            out["token elsewhere"] = await first_event(b.ws_url + f"?token={token}", start)
+            out["bogus token"] = await first_event(b.ws_url + "?token=ek_" + "0" * 32, start)
+            # a session of key 1 on a, its connection broken
+            ws, res, rx = await sc.connect(a.ws_url + f"?api_key={k1}")
+            await ws.send(json.dumps(start))
+            ev = await sc.wait_for(res, lambda e: e.get("type") in ("ready", "error"), 60)
+            sid, tok = ev["session"], ev["token"]
+            await sc.send_audio(ws, res, audio.head(2.0))
+            await asyncio.sleep(0.3)
+            sc.abort_connection(ws)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(rx, 5)
+            resume = {"type": "resume", "session": sid, "token": tok, "last_seq": res.last_seq}
+            out["resume, other key"] = await first_event(b.ws_url + f"?api_key={k2}", resume)
+            out["resume, same key's token"] = await first_event(b.ws_url + f"?token={token}", resume)
+            # a feed name published with key 1 on a is key 1's on b too
+            ws, res, rx = await sc.connect(a.ws_url + f"?api_key={k1}")
+            await ws.send(json.dumps({**start, "feed": "keyed-feed"}))
+            await sc.wait_for(res, lambda e: e.get("type") in ("ready", "error"), 60)
+            await sc.send_audio(ws, res, audio.head(1.0))
+            await sc.finish(ws, rx)
+            out["feed, other key"] = await first_event(b.ws_url + f"?api_key={k2}", {**start, "feed": "keyed-feed"})
+            out["feed, same key"] = await first_event(b.ws_url + f"?api_key={k1}", {**start, "feed": "keyed-feed"})
+            return out
+
+        out = asyncio.run(main())
+    finally:
+        for i in insts:
+            i.stop()
+        redis.stop()
+    e = out["token elsewhere"]
+    ck.ok("keys: a client token minted on one instance starts a session on another", e.get("type") == "ready", f"{e}")
+    e = out["bogus token"]
+    ck.ok("keys: an unknown token is refused there (unauthorized)", e.get("code") == "unauthorized", f"{e}")
+    e = out["resume, other key"]
+    ck.ok("keys: another key cannot resume the session on another instance (unknown_session)",
+          e.get("code") == "unknown_session", f"{e}")
+    e = out["resume, same key's token"]
+    ck.ok("keys: the session's own key (as a token) restores it on another instance",
+          e.get("type") == "resumed" and e.get("restored") is True, f"{e}")
+    e = out["feed, other key"]
+    ck.ok("keys: a feed name is its first key's on every instance (feed_owned)", e.get("code") == "feed_owned", f"{e}")
+    e = out["feed, same key"]
+    ck.ok("keys: ... and its key publishes it again on another instance", e.get("type") == "ready", f"{e}")
+
+
 def section_mic(fl, ck, clip):
     """sotto-mic through HAProxy; its instance is killed mid-utterance; it resumes elsewhere."""
     out0, out1 = os.path.join(fl.tmp, "mic0.txt"), os.path.join(fl.tmp, "mic1.txt")
@@ -811,7 +897,7 @@ def main():
     ap.add_argument("--sessions", type=int, default=6)
     ap.add_argument("--mic", help="sotto-mic binary (the mic section)")
     ap.add_argument("--viewers", type=int, default=100)
-    ap.add_argument("--only", default="resume,feeds,kill,sigterm,redis,mic")
+    ap.add_argument("--only", default="resume,feeds,kill,sigterm,redis,keys,mic")
     args = ap.parse_args()
     for tool in ("haproxy", "redis-server"):
         if not shutil.which(tool):
@@ -852,6 +938,8 @@ def main():
         if "feeds" in only:
             feed_clip = rows[3]  # 15 s: viewers join during it
             section_feeds(fl, ck, feed_clip, sc.load_clip(feed_clip["file"], "s16_16k", tmp), args.viewers)
+        if "keys" in only:
+            section_keys(args, tmp, ck, audios[clips[0]["id"]])
         if "mic" in only and args.mic:
             section_mic(fl, ck, clips[2])
     finally:

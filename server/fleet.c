@@ -1,4 +1,11 @@
-/* feed_remote.c - live-caption feeds across instances (issue 16; --redis).
+/* fleet.c - what the instances sharing a Redis (--redis) share besides
+ * session checkpoints (checkpoint.c, persist.c): live-caption feeds and
+ * client tokens (issue 16).
+ *
+ * Client tokens: a token minted on one instance is stored in Redis
+ * (sotto:token:VALUE -> the key's index, expiring with the token), so that
+ * any instance accepts it; an instance that does not know a token looks it
+ * up there once and keeps it.
  *
  * Publishing: a published session's name is claimed fleet-wide in Redis at
  * start (one live session per name, names owned by the first key), and its
@@ -99,6 +106,22 @@ static redisContext *connect_redis(remote *r) {
 
 static void key_of(char *out, size_t n, const char *name, const char *what) {
     snprintf(out, n, "sotto:feed:%s:%s", name, what);
+}
+
+/* The service thread's connection, not retried for a second after it failed
+ * (so that a Redis outage costs a lookup one connect timeout a second, not one
+ * per request). */
+static redisContext *sync_conn(remote *r) {
+    static double down_until;
+    if (r->sync) return r->sync;
+    if (srv_now() < down_until) return NULL;
+    if (!(r->sync = connect_redis(r))) down_until = srv_now() + 1.0;
+    return r->sync;
+}
+
+static void sync_lost(remote *r) {
+    redisFree(r->sync);
+    r->sync = NULL;
 }
 
 /* ---- publishing --------------------------------------------------------------- */
@@ -211,7 +234,7 @@ static const char k_claim[] =
 int srv_feed_remote_claim(srv *s, srv_session *ss, const char *name) {
     remote *r = g_remote;
     if (!r || !s->persist) return 1;
-    if (!r->sync && !(r->sync = connect_redis(r))) return 1;
+    if (!sync_conn(r)) return 1;
     char k[5][160], owner[16], keep[16], ttl[16];
     const char *what[5] = {"meta", "owner", "live", "events", "finals"};
     for (int i = 0; i < 5; i++) key_of(k[i], sizeof k[i], name, what[i]);
@@ -349,7 +372,7 @@ srv_session *srv_feed_remote_find(srv *s, const char *name) {
     int full = r->n_proxies == PROXY_MAX;
     pthread_mutex_unlock(&s->lock);
     if (full) return NULL;
-    if (!r->sync && !(r->sync = connect_redis(r))) return NULL;
+    if (!sync_conn(r)) return NULL;
     char km[160], kf[160], ke[160];
     key_of(km, sizeof km, name, "meta");
     key_of(kf, sizeof kf, name, "finals");
@@ -538,6 +561,45 @@ void srv_feed_remote_wake(srv *s) {
         pthread_mutex_unlock(&p->lock);
     }
     pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- client tokens --------------------------------------------------------------- */
+
+int srv_fleet_token_put(srv *s, const char *value, int ident, double ttl_s) {
+    remote *r = g_remote;
+    if (!r || !s->persist || !sync_conn(r)) return -1;
+    char key[96], id[16], ttl[24];
+    snprintf(key, sizeof key, "sotto:token:%s", value);
+    snprintf(id, sizeof id, "%d", ident);
+    snprintf(ttl, sizeof ttl, "%lld", (long long)(ttl_s * 1000));
+    const char *argv[] = {"SET", key, id, "PX", ttl};
+    redisReply *x = redisCommandArgv(r->sync, 5, argv, NULL);
+    if (!x) sync_lost(r);
+    int ok = x && x->type != REDIS_REPLY_ERROR;
+    freeReplyObject(x);
+    return ok ? 0 : -1;
+}
+
+int srv_fleet_token_get(srv *s, const char *value, int *ident, double *ttl_left) {
+    remote *r = g_remote;
+    if (!r || !s->persist || !sync_conn(r)) return -1;
+    char key[96];
+    snprintf(key, sizeof key, "sotto:token:%s", value);
+    const char *argv[] = {"EVAL", "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}", "1", key};
+    redisReply *x = redisCommandArgv(r->sync, 4, argv, NULL);
+    if (!x) {
+        sync_lost(r);
+        return -1;
+    }
+    int found = -1;
+    if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 && x->element[0]->type == REDIS_REPLY_STRING &&
+        x->element[1]->type == REDIS_REPLY_INTEGER && x->element[1]->integer > 0) {
+        *ident = atoi(x->element[0]->str);
+        *ttl_left = x->element[1]->integer / 1000.0;
+        found = 0;
+    }
+    freeReplyObject(x);
+    return found;
 }
 
 /* ---- lifetime ------------------------------------------------------------------- */
