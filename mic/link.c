@@ -140,6 +140,7 @@ static void on_event(mlink *L, const cJSON *e) {
     if (seq <= L->last_seq) return;     /* already seen (replayed after a resume) */
     L->last_seq = seq;
     if (!strcmp(type, "ready")) {
+        if (L->session[0] && !strcmp(L->session, jstr(e, "session"))) return; /* resumed: not a new session */
         snprintf(L->session, sizeof L->session, "%s", jstr(e, "session"));
         snprintf(L->token, sizeof L->token, "%s", jstr(e, "token"));
         L->streaming = 1;

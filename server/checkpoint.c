@@ -222,11 +222,7 @@ int srv_checkpoint_restore(srv *s, srv_session *ss, const char *id, const char *
     snprintf(ss->id_str, sizeof ss->id_str, "%s", id);
     snprintf(ss->token, sizeof ss->token, "%s", tok->valuestring);
     pthread_mutex_unlock(&s->lock);
-    srv_session_start(s, ss, start);
-    if (ss->state == SESS_NEW) { /* refused here (error sent): model, limits, feed */
-        cJSON_Delete(d);
-        return -1;
-    }
+    /* everything the worker needs before srv_session_start lets it initialize the session */
     pthread_mutex_lock(&ss->lock);
     ss->epoch = epoch + 1;
     ss->restore = 1;
@@ -264,6 +260,20 @@ int srv_checkpoint_restore(srv *s, srv_session *ss, const char *id, const char *
         ss->first_kept = next_seq;
         ss->sent_upto = next_seq - 1;
     }
+    ss->finals = cJSON_Duplicate(finals, 1);
+    pthread_mutex_unlock(&ss->lock);
+    srv_session_start(s, ss, start);
+    if (ss->state == SESS_NEW) { /* refused here (error sent): model, limits, feed */
+        pthread_mutex_lock(&ss->lock);
+        ss->restore = 0;
+        ss->state = SESS_DONE; /* it has the old id now: it must not be found, resumed or started */
+        ss->closing = 1;
+        ss->moved = 1; /* and its checkpoint stays for a resume elsewhere */
+        pthread_mutex_unlock(&ss->lock);
+        cJSON_Delete(d);
+        return -1;
+    }
+    pthread_mutex_lock(&ss->lock);
     /* the finals the client may not have seen, again (the utterance id tells duplicates) */
     int replayed = 0;
     const cJSON *f;
@@ -277,7 +287,6 @@ int srv_checkpoint_restore(srv *s, srv_session *ss, const char *id, const char *
         srv_session_emit_locked(s, ss, e);
         replayed++;
     }
-    ss->finals = cJSON_Duplicate(finals, 1);
     cJSON *e = cJSON_CreateObject();
     if (e) {
         cJSON_AddStringToObject(e, "type", "resumed");

@@ -105,7 +105,9 @@ static void init_session(srv *s, srv_session *ss) {
             sotto_dictation_restore_committed(ss->dict, ss->restore_committed, ss->n_restore_committed,
                                               ss->restore_bound);
     }
-    cJSON *e = cJSON_CreateObject();
+    /* a session restored from its checkpoint said `resumed` instead: its client has had its
+       `ready` (a second one would tell it to send its audio from the start) */
+    cJSON *e = ss->restore ? NULL : cJSON_CreateObject();
     if (e) {
         cJSON_AddStringToObject(e, "type", "ready");
         cJSON_AddStringToObject(e, "session", ss->id_str);

@@ -247,6 +247,7 @@ function onEvent(e) {
   }
   switch (e.type) {
     case 'ready':
+      if (S.session && S.session === e.session && S.resumes) break; // a resumed session's, again: keep sending from where it is
       S.session = e.session; S.token = e.token; S.streaming = true; S.next = 0; S.reconnects = 0; S.everReady = true;
       S.lastFinal = 0;
       setStatus(`dictating: ${e.model}, ${e.weights} (${(e.weights_bytes / 1e6).toFixed(0)} MB)` +

@@ -24,6 +24,9 @@ Sections (--only NAME,...):
   feeds    a feed published on one instance is followed by 100 viewers on the two others
            (through Redis), in order, with history for late viewers; the .vtt is the same
            from every instance; the name is refused elsewhere while it is live.
+  page     the dictation page through HAProxy (headless Chromium, fake microphone); its
+           instance is killed mid-utterance; it resumes on another and its transcript
+           matches the clip's uninterrupted run.
   keys     two instances with API keys: a token minted on one works on the other, another
            key cannot resume a session elsewhere, feed names belong to their first key.
   mic      sotto-mic streams a file through HAProxy; its instance is killed mid-utterance;
@@ -661,6 +664,8 @@ def section_resume(fl, ck, audios, clips):
     ck.ok("resume: the right token on another instance restores the session (replayed finals counted, "
           "events_lost said)", r.get("type") == "resumed" and r.get("restored") is True and
           r.get("instance") == i2.name and "events_lost" in r, f"{r}")
+    ck.ok("resume: the restored session sends no second `ready` (it would tell the client to start over)",
+          not out["r3"].of_type("ready"), f"{out['r3'].summary()}")
     fins = out["r3"].of_type("final")
     ck.ok("resume: the restored session finished with done and a transcript",
           out["r3"].done is not None and fins, f"{out['r3'].summary()}")
@@ -848,6 +853,49 @@ def section_keys(args, tmp, ck, audio):
     ck.ok("keys: ... and its key publishes it again on another instance", e.get("type") == "ready", f"{e}")
 
 
+def section_page(fl, ck, clip, base_text, chromium):
+    """The dictation page through HAProxy (headless Chromium, fake microphone); the instance
+    holding its session is killed mid-utterance; the page resumes on another one."""
+    from playwright.sync_api import sync_playwright
+    wav = os.path.join(fl.tmp, "page-mic.wav")
+    subprocess.run(["sox", clip["file"], "-r", "48000", "-c", "1", wav, "pad", "0", "2"], check=True)
+    url = f"http://127.0.0.1:{fl.hap.port}/"
+    holder, text, resumes, status, logs = None, "", 0, "", []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=[
+            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={wav}%noloop", "--autoplay-policy=no-user-gesture-required"])
+        try:
+            page = browser.new_page()
+            page.on("console", lambda m: logs.append(f"{m.type}: {m.text}"))
+            page.goto(url)
+            t0 = time.monotonic()
+            page.click("#start")
+            page.wait_for_function("document.querySelector('#status').dataset.kind === 'live'", timeout=30000)
+            time.sleep(max(0.0, 1.0 + clip["seconds"] * 0.45 - (time.monotonic() - t0)))
+            for inst in fl.instances:
+                with contextlib.suppress(Exception):
+                    if inst.metrics().get("sotto_sessions_active", 0) >= 1:
+                        holder = inst
+            if holder:
+                holder.kill()
+            time.sleep(max(0.0, clip["seconds"] + 3.0 - (time.monotonic() - t0)))
+            page.click("#start")  # Stop
+            page.wait_for_function("document.querySelector('#status').textContent === 'stopped'", timeout=60000)
+            text = page.evaluate("window.sotto.transcript.text()")
+            resumes = page.evaluate("window.sotto.state.resumes")
+            status = page.inner_text("#status")
+        finally:
+            browser.close()
+    ck.ok("page: the instance holding its session was killed", holder is not None)
+    e, n = word_errors(base_text, text)
+    ck.ok(f"page: it resumed through HAProxy and its transcript is within {STREAM_TOL} words of an "
+          f"uninterrupted run", resumes >= 1 and e <= STREAM_TOL and status == "stopped",
+          f"resumes {resumes}, {e}/{n}: {text!r} vs {base_text!r}; console {logs[-5:]}")
+    if holder:
+        fl.restart(holder)
+
+
 def section_mic(fl, ck, clip):
     """sotto-mic through HAProxy; its instance is killed mid-utterance; it resumes elsewhere."""
     out0, out1 = os.path.join(fl.tmp, "mic0.txt"), os.path.join(fl.tmp, "mic1.txt")
@@ -897,7 +945,8 @@ def main():
     ap.add_argument("--sessions", type=int, default=6)
     ap.add_argument("--mic", help="sotto-mic binary (the mic section)")
     ap.add_argument("--viewers", type=int, default=100)
-    ap.add_argument("--only", default="resume,feeds,kill,sigterm,redis,keys,mic")
+    ap.add_argument("--chromium", default="/usr/bin/chromium")
+    ap.add_argument("--only", default="resume,feeds,kill,sigterm,redis,page,keys,mic")
     args = ap.parse_args()
     for tool in ("haproxy", "redis-server"):
         if not shutil.which(tool):
@@ -918,7 +967,7 @@ def main():
     try:
         if "resume" in only:
             section_resume(fl, ck, audios, clips)
-        if only & {"kill", "sigterm", "redis"}:
+        if only & {"kill", "sigterm", "redis", "page"}:
             # the uninterrupted runs: the same clips at the same pace through HAProxy
             base = make_sessions(clips, audios, "b")
             run_sessions(fl.hap.ws_url, base)
@@ -938,6 +987,8 @@ def main():
         if "feeds" in only:
             feed_clip = rows[3]  # 15 s: viewers join during it
             section_feeds(fl, ck, feed_clip, sc.load_clip(feed_clip["file"], "s16_16k", tmp), args.viewers)
+        if "page" in only and os.path.exists(args.chromium):
+            section_page(fl, ck, clips[2], baseline[clips[2]["id"]], args.chromium)
         if "keys" in only:
             section_keys(args, tmp, ck, audios[clips[0]["id"]])
         if "mic" in only and args.mic:
