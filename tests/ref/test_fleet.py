@@ -645,6 +645,22 @@ def section_resume(fl, ck, audios, clips):
             with contextlib.suppress(Exception):
                 await ws2.close()
                 await asyncio.wait_for(rx2, 5)
+        # checkpoints that are not what a server wrote: refused as unknown, never a crash
+        for label, doc in (("not JSON", "{\"v\":1,"), ("empty object", "{}"),
+                           ("wrong types", json.dumps({"v": 1, "epoch": "x", "token": tok, "owner": -1,
+                                                       "start": [], "finals": {}, "context": 3})),
+                           ("offsets past the end", json.dumps({"v": 1, "epoch": 0, "id": "s9-bad", "token": tok,
+                                                                "owner": -1, "start": {"type": "start"},
+                                                                "next_seq": 1, "units": 5, "units_sample": 9e15,
+                                                                "durable": 1, "next_utterance": 1,
+                                                                "context": [], "finals": []}))):
+            fl.redis.command("SET", "sotto:session:s9-bad", doc)
+            ws4, r4, rx4 = await sc.connect(i2.ws_url)
+            await ws4.send(json.dumps({"type": "resume", "session": "s9-bad", "token": tok, "last_seq": 0}))
+            out["garbage " + label] = await sc.wait_for(r4, lambda e: e.get("type") in ("resumed", "error"), 10)
+            with contextlib.suppress(Exception):
+                await ws4.close()
+                await asyncio.wait_for(rx4, 5)
         # the right token on the other instance: restored there; then finished
         ws3, r3, rx3 = await sc.connect(i2.ws_url)
         await ws3.send(json.dumps({"type": "resume", "session": sid, "token": tok, "last_seq": 0}))
@@ -660,6 +676,10 @@ def section_resume(fl, ck, audios, clips):
     for label in ("wrong token", "unknown session"):
         e = out[label] or {}
         ck.ok(f"resume: {label} on another instance: unknown_session", e.get("code") == "unknown_session", f"{e}")
+    for label in ("not JSON", "empty object", "wrong types", "offsets past the end"):
+        e = out["garbage " + label] or {}
+        ck.ok(f"resume: a checkpoint in Redis that is {label}: unknown_session, the server goes on",
+              e.get("code") == "unknown_session" and i2.alive(), f"{e}")
     r = out["restore"] or {}
     ck.ok("resume: the right token on another instance restores the session (replayed finals counted, "
           "events_lost said)", r.get("type") == "resumed" and r.get("restored") is True and
