@@ -13,5 +13,9 @@ void srv_session_unref(srv *s, srv_session *ss) {
     (void)s, (void)ss;
     abort();
 }
+srv_session *srv_feed_remote_find(srv *s, const char *name) {
+    (void)s, (void)name;
+    abort();
+}
 
 #endif
