@@ -551,7 +551,9 @@ def section_sigterm(fl, ck, clips, audios, baseline):
           moved and all(any(e.get("type") == "reconnect" for e in s.events) and len(s.instances) >= 2
                         and s.instances[-1] != out["name"] for s in moved),
           "; ".join(f"{s.label}: {s.instances}" for s in moved))
-    ck.ok("sigterm: the server logged each move", len(inst.log_lines("draining: moved")) == len(moved),
+    # (>=: a session restored elsewhere earlier in this test may still sit detached here, within
+    # --resume-grace-s, and is moved too)
+    ck.ok("sigterm: the server logged each move", len(inst.log_lines("draining: moved")) >= len(moved),
           f"{len(inst.log_lines('draining: moved'))} lines for {len(moved)} sessions")
     compare(ck, "sigterm", sessions, baseline)
     fl.restart(inst)
