@@ -105,8 +105,7 @@ static cJSON *build_doc_locked(srv *s, srv_session *ss, uint64_t units, uint64_t
         ctx = ss->restore_ctx, n_ctx = ss->n_restore_ctx;
     }
     cJSON_AddNumberToObject(d, "next_utterance", (double)next_utt);
-    cJSON *c = cJSON_AddArrayToObject(d, "context");
-    for (int i = 0; c && i < n_ctx; i++) cJSON_AddItemToArray(c, cJSON_CreateNumber(ctx[i]));
+    cJSON_AddItemToObject(d, "context", n_ctx ? cJSON_CreateIntArray(ctx, n_ctx) : cJSON_CreateArray());
     /* the open utterance's committed tokens (it restarts at the durable point with them) */
     const int32_t *ct = NULL;
     int n_ct = 0;
@@ -117,8 +116,7 @@ static cJSON *build_doc_locked(srv *s, srv_session *ss, uint64_t units, uint64_t
     } else if (ss->restore) {
         ct = ss->restore_committed, n_ct = ss->n_restore_committed, bound = ss->restore_bound;
     }
-    cJSON *cm = cJSON_AddArrayToObject(d, "committed");
-    for (int i = 0; cm && i < n_ct; i++) cJSON_AddItemToArray(cm, cJSON_CreateNumber(ct[i]));
+    cJSON_AddItemToObject(d, "committed", n_ct ? cJSON_CreateIntArray(ct, n_ct) : cJSON_CreateArray());
     cJSON_AddNumberToObject(d, "commit_bound", (double)bound);
     cJSON_AddItemToObject(d, "finals", ss->finals ? cJSON_Duplicate(ss->finals, 1) : cJSON_CreateArray());
     return d;
@@ -180,6 +178,18 @@ static int jnum_u64(const cJSON *o, const char *k, uint64_t *out) {
     return 0;
 }
 
+/* A checkpoint's array of token ids (NULL arr: none): malloc'd, entries that are not ids skipped. */
+static int32_t *token_array(const cJSON *arr, int *n_out) {
+    int n = arr ? cJSON_GetArraySize(arr) : 0;
+    int32_t *t = n ? malloc(sizeof(int32_t) * (size_t)n) : NULL;
+    *n_out = 0;
+    for (int i = 0; t && i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(arr, i);
+        if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1e6) t[(*n_out)++] = (int32_t)v->valuedouble;
+    }
+    return t;
+}
+
 int srv_checkpoint_restore(srv *s, srv_session *ss, const char *id, const char *token, uint64_t last_seq) {
     if (!s->persist) return 1;
     char why[256] = "";
@@ -228,23 +238,9 @@ int srv_checkpoint_restore(srv *s, srv_session *ss, const char *id, const char *
     ss->restore = 1;
     ss->restore_at = durable;
     ss->restore_utterance = next_utt;
-    int n = cJSON_GetArraySize(ctx);
-    ss->restore_ctx = n ? malloc(sizeof(int32_t) * (size_t)n) : NULL;
-    ss->n_restore_ctx = 0;
-    for (int i = 0; ss->restore_ctx && i < n; i++) {
-        const cJSON *t = cJSON_GetArrayItem(ctx, i);
-        if (cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble < 1e6)
-            ss->restore_ctx[ss->n_restore_ctx++] = (int32_t)t->valuedouble;
-    }
+    ss->restore_ctx = token_array(ctx, &ss->n_restore_ctx);
     jnum_u64(d, "commit_bound", &commit_bound);
-    int nc = committed ? cJSON_GetArraySize(committed) : 0;
-    ss->restore_committed = nc ? malloc(sizeof(int32_t) * (size_t)nc) : NULL;
-    ss->n_restore_committed = 0;
-    for (int i = 0; ss->restore_committed && i < nc; i++) {
-        const cJSON *t = cJSON_GetArrayItem(committed, i);
-        if (cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble < 1e6)
-            ss->restore_committed[ss->n_restore_committed++] = (int32_t)t->valuedouble;
-    }
+    ss->restore_committed = token_array(committed, &ss->n_restore_committed);
     ss->restore_bound = commit_bound;
     ss->units_in = ss->units_acked_sent = ss->durable_written = units;
     ss->ckpt_gen_seen = atomic_load(&s->ckpt_gen);

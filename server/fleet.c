@@ -31,6 +31,7 @@
 #include "server.h"
 
 #include "log.h"
+#include "persist.h"
 
 #include <hiredis/hiredis.h>
 #include <libwebsockets.h>
@@ -46,7 +47,6 @@
 #define KEEP_S 86400         /* a feed's keys outlive its session by this much */
 #define PROXY_MAX 256
 #define PROXY_IDLE_S 30.0
-#define IO_TIMEOUT_MS 500
 
 typedef struct pub_cmd {
     int argc;
@@ -62,8 +62,6 @@ typedef struct proxy_info {
 
 typedef struct remote {
     srv *s;
-    char host[256], unix_path[256];
-    int port, db;
     /* publisher */
     pthread_mutex_t lock;
     pthread_cond_t cv;
@@ -84,24 +82,8 @@ typedef struct remote {
 static remote *g_remote; /* one per process: the server's */
 
 static redisContext *connect_redis(remote *r) {
-    struct timeval ct = {0, 300000}, io = {0, IO_TIMEOUT_MS * 1000};
-    redisContext *c = r->unix_path[0] ? redisConnectUnixWithTimeout(r->unix_path, ct)
-                                      : redisConnectWithTimeout(r->host, r->port, ct);
-    if (!c || c->err) {
-        redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, io);
-    if (r->db) {
-        redisReply *x = redisCommand(c, "SELECT %d", r->db);
-        int ok = x && x->type != REDIS_REPLY_ERROR;
-        freeReplyObject(x);
-        if (!ok) {
-            redisFree(c);
-            return NULL;
-        }
-    }
-    return c;
+    char why[256];
+    return srv_persist_connect(r->s->persist, why, sizeof why); /* persist.c: the same Redis */
 }
 
 static void key_of(char *out, size_t n, const char *name, const char *what) {
@@ -604,20 +586,10 @@ int srv_fleet_token_get(srv *s, const char *value, int *ident, double *ttl_left)
 
 /* ---- lifetime ------------------------------------------------------------------- */
 
-int srv_feed_remote_start(srv *s, const char *url, char *why, size_t why_sz) {
+int srv_feed_remote_start(srv *s, char *why, size_t why_sz) {
     remote *r = calloc(1, sizeof *r);
     if (!r) return snprintf(why, why_sz, "out of memory"), -1;
-    r->s = s;
-    r->port = 6379;
-    if (!strncmp(url, "unix:", 5)) {
-        snprintf(r->unix_path, sizeof r->unix_path, "%s", url + 5);
-    } else { /* persist.c has checked the URL */
-        const char *h = url + 8, *e = h + strcspn(h, ":/");
-        snprintf(r->host, sizeof r->host, "%.*s", (int)(e - h), h);
-        if (*e == ':') r->port = atoi(e + 1);
-        const char *d = strchr(h, '/');
-        if (d) r->db = atoi(d + 1);
-    }
+    r->s = s; /* connects through s->persist (created first) */
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cv, NULL);
     g_remote = r;

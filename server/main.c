@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
             srv_options_free(&s.opt);
             return 2;
         }
-        if (srv_feed_remote_start(&s, s.opt.redis_url, why, sizeof why)) {
+        if (srv_feed_remote_start(&s, why, sizeof why)) {
             SOTTO_ERROR("%s", why);
             srv_persist_free(s.persist);
             srv_options_free(&s.opt);

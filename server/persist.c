@@ -93,8 +93,7 @@ bad:
     return -1;
 }
 
-/* A new connection with the timeouts set and the database selected, or NULL. */
-static redisContext *connect_to(srv_persist *p, char *why, size_t why_sz) {
+redisContext *srv_persist_connect(srv_persist *p, char *why, size_t why_sz) {
     struct timeval ct = {0, CONNECT_TIMEOUT_MS * 1000}, io = {0, IO_TIMEOUT_MS * 1000};
     redisContext *c = p->unix_path[0] ? redisConnectUnixWithTimeout(p->unix_path, ct)
                                       : redisConnectWithTimeout(p->host, p->port, ct);
@@ -171,7 +170,7 @@ static void sleep_ms(srv_persist *p, int ms) {
 static redisContext *writer_conn(srv_persist *p, redisContext **c) {
     if (*c) return *c;
     char why[256] = "";
-    *c = connect_to(p, why, sizeof why);
+    *c = srv_persist_connect(p, why, sizeof why);
     pthread_mutex_lock(&p->lock);
     p->st.connected = *c != NULL;
     int was_out = p->outage, again = p->ever_connected;
@@ -340,7 +339,7 @@ int srv_persist_del(srv_persist *p, const char *id, uint64_t epoch) { return enq
 /* GET key (id) or PING (id NULL) on the reader connection (read_lock held); reconnects once. */
 static redisReply *read_cmd(srv_persist *p, const char *id, char *why, size_t why_sz) {
     for (int attempt = 0; attempt < 2; attempt++) {
-        if (!p->rc && !(p->rc = connect_to(p, why, why_sz))) return NULL;
+        if (!p->rc && !(p->rc = srv_persist_connect(p, why, why_sz))) return NULL;
         redisReply *r = id ? redisCommand(p->rc, "GET " KEY_PREFIX "%s", id) : redisCommand(p->rc, "PING");
         if (r) return r;
         snprintf(why, why_sz, "%s", p->rc->errstr);

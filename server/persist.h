@@ -63,6 +63,10 @@ int srv_persist_del(srv_persist *p, const char *id, uint64_t epoch);
 /* The checkpoint of session id: malloc'd, NUL-terminated, or NULL with
  * *found 0 (none) or -1 (Redis unreachable: why says so). */
 char *srv_persist_get(srv_persist *p, const char *id, int *found, char *why, size_t why_sz);
+/* A new connection to p's Redis (timeouts set, database selected), or NULL
+ * with why set. The caller owns it (redisFree); for the other parts of the
+ * server that talk to the same Redis (fleet.c). */
+struct redisContext *srv_persist_connect(srv_persist *p, char *why, size_t why_sz);
 /* 1 while the writer's connection is up (it PINGs once a second when idle): /readyz. */
 int srv_persist_connected(srv_persist *p);
 void srv_persist_get_stats(srv_persist *p, srv_persist_stats *st);

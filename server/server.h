@@ -377,7 +377,7 @@ int srv_feed_viewer_add(srv_session *ss, struct lws *wsi);
 void srv_feed_viewer_remove(srv_session *ss, struct lws *wsi);
 
 /* feeds across instances with --redis (fleet.c) */
-int srv_feed_remote_start(srv *s, const char *url, char *why, size_t why_sz);
+int srv_feed_remote_start(srv *s, char *why, size_t why_sz); /* after s->persist */
 void srv_feed_remote_stop(srv *s); /* after the service thread has stopped */
 /* The fleet-wide claim of a name for ss (service thread): 0, -1 (a live
  * session elsewhere has it), -2 (another key owns it), 1 (Redis unreachable:

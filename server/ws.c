@@ -600,7 +600,10 @@ static void service_wakeup(srv *s) {
             to_stop[n_stop++] = ss;
         }
         if (ss->wsi && pending) lws_callback_on_writable(ss->wsi);
-        srv_checkpoint_maybe_locked(s, ss, 0); /* detached ones too, and all after a Redis outage */
+        /* live sessions checkpoint from their acks and passes; here: detached ones, and every
+           one after a Redis outage (wake-ups come with every event: keep this cheap) */
+        if (s->persist && (!ss->wsi || ss->ckpt_gen_seen != atomic_load(&s->ckpt_gen)))
+            srv_checkpoint_maybe_locked(s, ss, 0);
         if (refresh_feeds && ss->feed[0] && ss->state >= SESS_LOADING && ss->state <= SESS_STOPPING)
             srv_feed_remote_refresh(s, ss);
         if (ss->n_viewers && (ss->next_seq - 1 > ss->viewers_woken_seq || ss->state == SESS_DONE)) {

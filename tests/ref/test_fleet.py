@@ -401,6 +401,22 @@ async def run_session(url, sess, t_base, realtime=True, max_resumes=5, loss_time
         _ = units_total
 
 
+async def broken_session(url, audio, seconds, pause=0.3):
+    """Starts a session, sends `seconds` of audio, then resets the connection (no close).
+    Returns (session id, token, the newest seq received)."""
+    ws, res, rx = await sc.connect(url)
+    await ws.send(json.dumps({"type": "start", **audio.start_fields()}))
+    ev = await sc.wait_for(res, lambda e: e.get("type") in ("ready", "error"), 60)
+    if not ev or ev.get("type") != "ready":
+        raise RuntimeError(f"no ready: {ev}")
+    await sc.send_audio(ws, res, audio.head(seconds))
+    await asyncio.sleep(pause)
+    sc.abort_connection(ws)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(rx, 5)
+    return ev["session"], ev["token"], res.last_seq
+
+
 def word_errors(ref_text, hyp_text):
     r, h = rc.normalize(ref_text).split(), rc.normalize(hyp_text).split()
     return rc.edit_distance(r, h), len(r)
@@ -629,15 +645,7 @@ def section_resume(fl, ck, audios, clips):
     i1, i2 = fl.instances[0], fl.instances[1]
 
     async def main():
-        ws, res, rx = await sc.connect(i1.ws_url)
-        await ws.send(json.dumps({"type": "start", **a.start_fields()}))
-        ev = await sc.wait_for(res, lambda e: e.get("type") in ("ready", "error"), 60)
-        sid, tok = ev["session"], ev["token"]
-        await sc.send_audio(ws, res, a.head(3.0))
-        await asyncio.sleep(0.5)
-        sc.abort_connection(ws)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(rx, 5)
+        sid, tok, _ = await broken_session(i1.ws_url, a, 3.0, pause=0.5)
         out = {"stored": fl.redis.get(f"sotto:session:{sid}")}
         for label, msg in (("wrong token", {"session": sid, "token": "0" * 32}),
                            ("unknown session", {"session": "s1-00000000", "token": tok})):
@@ -832,16 +840,8 @@ def section_keys(args, tmp, ck, audio):
             out["token elsewhere"] = await first_event(b.ws_url + f"?token={token}", start)
             out["bogus token"] = await first_event(b.ws_url + "?token=ek_" + "0" * 32, start)
             # a session of key 1 on a, its connection broken
-            ws, res, rx = await sc.connect(a.ws_url + f"?api_key={k1}")
-            await ws.send(json.dumps(start))
-            ev = await sc.wait_for(res, lambda e: e.get("type") in ("ready", "error"), 60)
-            sid, tok = ev["session"], ev["token"]
-            await sc.send_audio(ws, res, audio.head(2.0))
-            await asyncio.sleep(0.3)
-            sc.abort_connection(ws)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(rx, 5)
-            resume = {"type": "resume", "session": sid, "token": tok, "last_seq": res.last_seq}
+            sid, tok, last_seq = await broken_session(a.ws_url + f"?api_key={k1}", audio, 2.0)
+            resume = {"type": "resume", "session": sid, "token": tok, "last_seq": last_seq}
             out["resume, other key"] = await first_event(b.ws_url + f"?api_key={k2}", resume)
             out["resume, same key's token"] = await first_event(b.ws_url + f"?token={token}", resume)
             # a feed name published with key 1 on a is key 1's on b too
