@@ -29,6 +29,8 @@ Sections (--only NAME,...):
            matches the clip's uninterrupted run.
   keys     two instances with API keys: a token minted on one works on the other, another
            key cannot resume a session elsewhere, feed names belong to their first key.
+  full     two instances with one session slot each behind HAProxy: a third session gets
+           `overloaded`; with no instance up, the upgrade through HAProxy gets HTTP 503.
   mic      sotto-mic streams a file through HAProxy; its instance is killed mid-utterance;
            it resumes on another and its --output matches an uninterrupted run.
   resume   cross-instance resume rules: a wrong token or an unknown session gets
@@ -918,6 +920,56 @@ def section_page(fl, ck, clip, base_text, chromium):
         fl.restart(holder)
 
 
+def section_full(args, tmp, ck, audio):
+    """Every instance full: what deploy/README.md says a client sees."""
+    redis = Redis(tmp).start()
+    insts = [Instance(args.server, args.model, f"f{i + 1}", sc.free_port(), redis.url, 1,
+                      extra=["--max-sessions", "1"]) for i in range(2)]
+    hap = None
+    try:
+        for i in insts:
+            i.start()
+        hap = HAProxy(tmp, [(i.name, i.fixed_port) for i in insts]).start()
+        wait_ready_in_haproxy(hap, insts)
+
+        async def main():
+            held, evs = [], []
+            for k in range(3):  # one slot per instance: the third finds both full
+                ws, res, rx = await sc.connect(hap.ws_url)
+                await ws.send(json.dumps({"type": "start", **audio.start_fields()}))
+                evs.append(await sc.wait_for(res, lambda e: e.get("type") in ("ready", "error"), 60))
+                held.append((ws, rx))
+                await asyncio.sleep(0.3)
+            for ws, rx in held:
+                await sc.finish(ws, rx, stop=True, timeout=20)
+            for i in insts:
+                i.stop()
+            await asyncio.sleep(1.5)  # HAProxy's checks see them gone
+            try:
+                ws = await sc.open_ws(hap.ws_url, timeout=10)
+                await ws.close()
+                down = "connected"
+            except Exception as e:
+                down = str(e)
+            return evs, down
+
+        evs, down = asyncio.run(main())
+    finally:
+        if hap:
+            hap.stop()
+        for i in insts:
+            i.stop()
+        redis.stop()
+    ready = [e for e in evs if e and e.get("type") == "ready"]
+    ck.ok("full: with one session slot per instance, the first two sessions start, one on each instance",
+          len(ready) == 2 and len({e.get("instance") for e in ready}) == 2, f"{evs}")
+    last = evs[2] or {}
+    ck.ok("full: the third gets overloaded (fatal) from the instance it reached",
+          last.get("code") == "overloaded" and last.get("fatal") is True, f"{last}")
+    ck.ok("full: with no instance up, the WebSocket upgrade through HAProxy fails with HTTP 503",
+          "503" in down, down)
+
+
 def section_mic(fl, ck, clip):
     """sotto-mic through HAProxy; its instance is killed mid-utterance; it resumes elsewhere."""
     out0, out1 = os.path.join(fl.tmp, "mic0.txt"), os.path.join(fl.tmp, "mic1.txt")
@@ -968,7 +1020,7 @@ def main():
     ap.add_argument("--mic", help="sotto-mic binary (the mic section)")
     ap.add_argument("--viewers", type=int, default=100)
     ap.add_argument("--chromium", default="/usr/bin/chromium")
-    ap.add_argument("--only", default="resume,feeds,kill,sigterm,redis,page,keys,mic")
+    ap.add_argument("--only", default="resume,feeds,kill,sigterm,redis,page,keys,full,mic")
     args = ap.parse_args()
     for tool in ("haproxy", "redis-server"):
         if not shutil.which(tool):
@@ -1011,6 +1063,8 @@ def main():
             section_feeds(fl, ck, feed_clip, sc.load_clip(feed_clip["file"], "s16_16k", tmp), args.viewers)
         if "page" in only and os.path.exists(args.chromium):
             section_page(fl, ck, clips[2], baseline[clips[2]["id"]], args.chromium)
+        if "full" in only:
+            section_full(args, tmp, ck, audios[clips[0]["id"]])
         if "keys" in only:
             section_keys(args, tmp, ck, audios[clips[0]["id"]])
         if "mic" in only and args.mic:
