@@ -197,7 +197,7 @@ __device__ __forceinline__ void decode8(const WDev &w, const float *s_nf4, const
 // One warp per output feature; VEC: cols % 8 == 0 (always for the block formats).
 template <int FMT, bool VEC>
 __global__ void __launch_bounds__(256) skinny(WDev w, const float *__restrict__ x, int n,
-                                              const float *__restrict__ bias, float *__restrict__ y, int acc) {
+                                              const float *__restrict__ bias, float *__restrict__ y, int accumulate) {
     __shared__ float s_nf4[16], s_e2m1[8];
     if (threadIdx.x < 16) s_nf4[threadIdx.x] = c_nf4[threadIdx.x];
     if (threadIdx.x < 8) s_e2m1[threadIdx.x] = c_e2m1[threadIdx.x];
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(256) skinny(WDev w, const float *__restrict__ 
             for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
             if (lane == 0 && j < nb) {
                 float *yp = y + (size_t)(n0 + j) * w.rows + row;
-                *yp = (acc ? *yp : 0.f) + t + (bias ? bias[row] : 0.f);
+                *yp = (accumulate ? *yp : 0.f) + t + (bias ? bias[row] : 0.f);
             }
         }
     }
