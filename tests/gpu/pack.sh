@@ -2,7 +2,9 @@
 # tests/gpu/pack.sh - prepares, on this machine, what the device check carries
 # to the GPU machine, in .gpu/ (ignored by git):
 #
-#   .gpu/c1/bin    test_device, bench_engine and the sotto CLI, built here with
+#   .gpu/c1/bin    test_device, bench_engine, the sotto CLI and the kernel
+#                  tests and timings (test_cuda_linear, test_cuda_ops,
+#                  bench_cuda_linear), built here with
 #                  CUDA for sm_90 and without -march=native (the GPU machine's
 #                  CPU may differ)
 #   .gpu/c1/lib    the shared libraries they need that the GPU image lacks
@@ -12,11 +14,14 @@
 #                  halves of its model.bin (one device call carries <= 64 MiB)
 #   .gpu/c1/audio  a few dev clips and their manifest lines
 #
-# Then, in ONE warm lease (the machine keeps carried paths between calls):
-#   run(carry=[".gpu/c1"], command="true")
+#   .gpu/c1.tar.xz c1 compressed (xz), which is what travels
+#
+# Then, in ONE warm lease (the machine keeps carried paths between calls; one
+# call carries at most 64 MiB with the working tree):
 #   run(carry=[".gpu/c2"], command="true")
-#   run(carry=[".gpu/c3"], command="tests/gpu/check.sh", timeout_s=540)
-# check.sh finds .gpu/ and adds the engine checks and tables to the kernel ones.
+#   run(carry=[".gpu/c1.tar.xz", ".gpu/c3"], command="tests/gpu/device_run.sh", timeout_s=...)
+# check.sh unpacks c1.tar.xz, finds .gpu/ and adds the engine checks and
+# tables to the kernel ones.
 #
 #   tests/gpu/pack.sh [MANIFEST]
 set -euo pipefail
@@ -31,12 +36,12 @@ build=$root/build-gpu-pack
 conf=$(cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSOTTO_NATIVE=OFF -DSOTTO_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90) || die "cmake failed"
 grep -q "CUDA backend: .*nvcc" <<<"$conf" || die "nvcc was not found"
-cmake --build "$build" -j "$(nproc)" --target test_device bench_engine sotto_cli >/dev/null \
+cmake --build "$build" -j "$(nproc)" --target test_device bench_engine sotto_cli test_cuda_linear test_cuda_ops bench_cuda_linear >/dev/null \
   || die "build failed"
 
 rm -rf .gpu
 mkdir -p .gpu/c1/bin .gpu/c1/lib .gpu/c1/model/tiny.en .gpu/c1/audio .gpu/c2 .gpu/c3
-cp "$build/test_device" "$build/bench_engine" "$build/sotto" .gpu/c1/bin/
+cp "$build/test_device" "$build/bench_engine" "$build/sotto" "$build/test_cuda_linear" "$build/test_cuda_ops" "$build/bench_cuda_linear" .gpu/c1/bin/
 # every shared library but glibc's own and CUDA's (the image has a matching toolkit)
 for b in .gpu/c1/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
   case $(basename "$lib") in
@@ -60,5 +65,8 @@ for id in jfk librispeech_test-clean_1089-134686-0000 librispeech_test-clean_108
   printf '%s\n' "$line" >>.gpu/c1/audio/manifest.tsv
   cp "$adir/$(printf '%s' "$line" | cut -f2)" .gpu/c1/audio/
 done
-du -sh .gpu/c1 .gpu/c2 .gpu/c3
+# the commit the binaries were built from (the device machine gets no .git)
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.gpu' || echo ' (modified)')" >.gpu/c1/commit.txt
+tar -cJf .gpu/c1.tar.xz -C .gpu c1
+du -sh .gpu/c1 .gpu/c1.tar.xz .gpu/c2 .gpu/c3
 echo "pack: ready; see the header of this script for the three calls"
