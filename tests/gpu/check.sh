@@ -25,6 +25,7 @@ arch=${1:-sm_90}
 out=${OUT:-$root/build-gpu}
 bin=$root/build-gpu
 mkdir -p "$bin" "$out"
+export PATH="$PATH:/usr/local/cuda/bin"
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 fail=0
 t_start=$SECONDS
@@ -40,11 +41,9 @@ pk=$root/.gpu
 if [ -f "$pk/c1.tar.xz" ] && [ ! -x "$pk/c1/bin/test_device" ]; then
   tar -xJf "$pk/c1.tar.xz" -C "$pk" || { echo "unpacking $pk/c1.tar.xz FAILED"; exit 1; }
 fi
-if git rev-parse --short HEAD >/dev/null 2>&1; then
-  echo "git: $(git rev-parse --short HEAD)$(git diff --quiet 2>/dev/null || echo ' (modified)')"
-else
-  echo "git: no .git here; the pack was built at $(cat "$pk/c1/commit.txt" 2>/dev/null || echo '?')"
-fi
+# (the device machine's copy of the tree may carry a stale .git: the pack's
+# own record is the commit its binaries were built from)
+echo "git: pack built at $(cat "$pk/c1/commit.txt" 2>/dev/null || echo '? (no pack)'); tree here: $(git rev-parse --short HEAD 2>/dev/null || echo 'no .git')"
 # Time guard: each later section runs only while the run is under budget, so
 # one slow step costs the tables at the end, not the correctness checks.
 BUDGET=${CHECK_BUDGET_S:-480}
@@ -119,6 +118,8 @@ if in_budget "kernel timings"; then
 echo "== kernel timings"
 T 120 "$bin/bench_cuda_linear" 2>&1 | tee "$out/bench_cuda_linear.md"
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
+T 120 "$B/bench_cuda_attention" 2>&1 | tee "$out/bench_cuda_attention.md"
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
 fi
 
 in_budget "dev clips" && {
@@ -171,6 +172,26 @@ elif T 120 python3 tests/gpu/make_synthetic.py /tmp/turbo --tokenizer-from "$src
   bench SOTTO_CUDA_GEMM=bf16 SOTTO_CUDA_GRAPHS=0 -- --model /tmp/turbo --synthetic --device cuda --weights nf4 | tee -a "$out/engine_turbo.md" || fail=1
 else
   echo "make_synthetic.py failed"; fail=1
+fi
+
+# The kernel tests again under compute-sanitizer (memcheck: out-of-bounds and
+# misaligned accesses; racecheck: shared-memory races), where the machine has
+# it and time is left; a sanitizer that does not finish in time is reported,
+# not counted as a pass or a failure.
+if command -v compute-sanitizer >/dev/null 2>&1 && in_budget "compute-sanitizer"; then
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool: test_cuda_ops"
+    timeout -k 5 "${SANITIZER_S:-80}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/test_cuda_ops" \
+      >"$out/sanitizer_$tool.txt" 2>&1
+    st=$?
+    case $st in
+      0) echo "$tool: no errors ($(grep -c 'max abs err' "$out/sanitizer_$tool.txt") cases)" ;;
+      124|137) if grep -q -E "Invalid |Race reported|hazard|Misaligned" "$out/sanitizer_$tool.txt"; then
+                 echo "$tool: FAILED before its time ran out"; grep -m 20 -E "=====|Error" "$out/sanitizer_$tool.txt"; fail=1
+               else echo "$tool: did not finish in ${SANITIZER_S:-80} s ($(grep -c 'max abs err' "$out/sanitizer_$tool.txt") cases done, no error before)"; fi ;;
+      *) echo "$tool: FAILED (exit $st)"; grep -m 20 -E "=====|Error" "$out/sanitizer_$tool.txt"; fail=1 ;;
+    esac
+  done
 fi
 
 echo "== done in $((SECONDS - t_start)) s; sections skipped for time: $skipped"

@@ -4,7 +4,7 @@
 #
 #   .gpu/c1/bin    test_device, bench_engine, the sotto CLI and the kernel
 #                  tests and timings (test_cuda_linear, test_cuda_ops,
-#                  bench_cuda_linear), built here with
+#                  bench_cuda_linear, bench_cuda_attention), built here with
 #                  CUDA for sm_90 and without -march=native (the GPU machine's
 #                  CPU may differ)
 #   .gpu/c1/lib    the shared libraries they need that the GPU image lacks
@@ -36,12 +36,12 @@ build=$root/build-gpu-pack
 conf=$(cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSOTTO_NATIVE=OFF -DSOTTO_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90) || die "cmake failed"
 grep -q "CUDA backend: .*nvcc" <<<"$conf" || die "nvcc was not found"
-cmake --build "$build" -j "$(nproc)" --target test_device bench_engine sotto_cli test_cuda_linear test_cuda_ops bench_cuda_linear >/dev/null \
+cmake --build "$build" -j "$(nproc)" --target test_device bench_engine sotto_cli test_cuda_linear test_cuda_ops bench_cuda_linear bench_cuda_attention >/dev/null \
   || die "build failed"
 
 rm -rf .gpu
 mkdir -p .gpu/c1/bin .gpu/c1/lib .gpu/c1/model/tiny.en .gpu/c1/audio .gpu/c2 .gpu/c3
-cp "$build/test_device" "$build/bench_engine" "$build/sotto" "$build/test_cuda_linear" "$build/test_cuda_ops" "$build/bench_cuda_linear" .gpu/c1/bin/
+cp "$build/test_device" "$build/bench_engine" "$build/sotto" "$build/test_cuda_linear" "$build/test_cuda_ops" "$build/bench_cuda_linear" "$build/bench_cuda_attention" .gpu/c1/bin/
 # every shared library but glibc's own and CUDA's (the image has a matching toolkit)
 for b in .gpu/c1/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
   case $(basename "$lib") in

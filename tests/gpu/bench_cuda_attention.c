@@ -1,0 +1,84 @@
+/* bench_cuda_attention.c - decoder attention timings on the GPU: one query
+ * row per stream and head against the cross-attention's 1500 encoder
+ * positions or a self-attention cache, at tiny.en's and large-v3-turbo's
+ * head shapes, for 1 and 16 rows (kernels/cuda/ops.cu). Prints microseconds
+ * per call (mean of 200 queued calls) and the K/V bytes each call reads.
+ *
+ * Needs a CUDA device (exits 77 without one). Run by tests/gpu/check.sh.
+ */
+#include "cuda_linear.h"
+#include "cuda_ops.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 88172645463325252ULL;
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+static float *dev_random(size_t n, sotto_err *err) {
+    float *h = malloc(sizeof(float) * n), *d = sotto_cuda_malloc(sizeof(float) * n, err);
+    for (size_t i = 0; i < n; i++) h[i] = frand();
+    if (d && sotto_cuda_copy(d, h, sizeof(float) * n, 1, err)) d = NULL;
+    free(h);
+    return d;
+}
+
+int main(void) {
+    char name[256], why[256];
+    if (!sotto_cuda_available(name, sizeof name, why, sizeof why)) {
+        fprintf(stderr, "bench_cuda_attention: not run: %s\n", why);
+        return 77;
+    }
+    static const struct {
+        const char *model, *kind;
+        int heads, dh, n_kv;
+    } C[] = {
+        {"tiny.en", "cross", 6, 64, 1500},         {"tiny.en", "self, 224 cached", 6, 64, 224},
+        {"large-v3-turbo", "cross", 20, 64, 1500}, {"large-v3-turbo", "self, 224 cached", 20, 64, 224},
+    };
+    printf("device: %s; fp32; random K/V; 200 queued calls each\n\n", name);
+    printf("| model | attention | heads x dh | keys | K+V MB | us n=1 | us n=16 |\n|---|---|---|---:|---:|---:|---:|\n");
+    sotto_err err = {0};
+    for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+        const int d = C[c].heads * C[c].dh, n_kv = C[c].n_kv;
+        float *q = dev_random((size_t)16 * d, &err), *k = dev_random((size_t)n_kv * d, &err);
+        float *v = dev_random((size_t)n_kv * d, &err), *o = dev_random((size_t)16 * d, &err);
+        if (!q || !k || !v || !o) {
+            fprintf(stderr, "bench_cuda_attention: %s\n", err.msg);
+            return 1;
+        }
+        const float scale = 1.0f / sqrtf((float)C[c].dh);
+        double us[2];
+        const int rows[2] = {1, 16};
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < 20; i++)
+                sotto_cuda_attention_rows(q, d, k, v, d, o, d, rows[r], n_kv, C[c].heads, C[c].dh, scale, &err);
+            sotto_cuda_sync(&err);
+            double t0 = now();
+            for (int i = 0; i < 200; i++)
+                if (sotto_cuda_attention_rows(q, d, k, v, d, o, d, rows[r], n_kv, C[c].heads, C[c].dh, scale, &err))
+                    break;
+            if (err.code || sotto_cuda_sync(&err)) {
+                fprintf(stderr, "bench_cuda_attention: %s\n", err.msg);
+                return 1;
+            }
+            us[r] = (now() - t0) / 200 * 1e6;
+        }
+        printf("| %s | %s | %d x %d | %d | %.2f | %.1f | %.1f |\n", C[c].model, C[c].kind, C[c].heads, C[c].dh, n_kv,
+               2.0 * n_kv * d * sizeof(float) / 1e6, us[0], us[1]);
+        sotto_cuda_free(q), sotto_cuda_free(k), sotto_cuda_free(v), sotto_cuda_free(o);
+    }
+    return 0;
+}
