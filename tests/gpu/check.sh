@@ -47,7 +47,13 @@ echo "git: pack built at $(cat "$pk/c1/commit.txt" 2>/dev/null || echo '? (no pa
 # Time guard: each later section runs only while the run is under budget, so
 # one slow step costs the tables at the end, not the correctness checks.
 BUDGET=${CHECK_BUDGET_S:-480}
+# CHECK_SKIP: a comma-separated list of sections not to run this time (words
+# of their names: variants, kernel, clips, server, bench_engine, turbo, sanitizer)
 in_budget() { # section name
+  local w
+  for w in ${CHECK_SKIP//,/ }; do
+    case "$1" in *"$w"*) echo "== $1: SKIPPED (CHECK_SKIP)"; return 1 ;; esac
+  done
   if [ $((SECONDS - t_start)) -ge "$BUDGET" ]; then
     echo "== $1: SKIPPED (the run is past its ${BUDGET} s budget)"
     skipped=$((skipped + 1))
@@ -151,6 +157,14 @@ bench() { # env... -- bench_engine args...
   in_budget "bench_engine $*" || return 0
   env "${envs[@]}" timeout -k 5 120 "$B/bench_engine" --streams "$STREAMS" --steps "$STEPS" --reps "$REPS" "$@" 2>/dev/null
 }
+if in_budget "server"; then
+  cp -r "$pk/c1/model/silero_vad" "$src/models/"
+  T "${SERVER_CHECK_S:-150}" env SOTTO_PYPATH="$pk/c1/py" python3 -u tests/gpu/server_check.py --server "$B/sotto-server" \
+    --model "$src/models/tiny.en" --vad-model "$src/models/silero_vad/silero_vad.safetensors" \
+    --audio "$pk/c1/audio" --levels "${SERVER_LEVELS:-16,64}" 2>&1 | tee "$out/server.md"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { fail=1; echo "server check FAILED"; }
+fi
+
 echo "== timings: tiny.en (real weights)"
 : >"$out/engine_tiny.md"
 bench -- --model "$src/models/tiny.en" --device cpu --weights f32 | tee -a "$out/engine_tiny.md" || fail=1
@@ -161,7 +175,7 @@ bench SOTTO_CUDA_GRAPHS=0 -- --model "$src/models/tiny.en" --device cuda --weigh
 bench SOTTO_CUDA_GEMM=bf16 -- --model "$src/models/tiny.en" --device cuda --weights nf4 | tee -a "$out/engine_tiny.md" || fail=1
 
 echo "== timings: large-v3-turbo shapes (synthetic random weights)"
-if ! in_budget "large-v3-turbo"; then
+if ! in_budget "large-v3-turbo (turbo)"; then
   :
 elif T 120 python3 tests/gpu/make_synthetic.py /tmp/turbo --tokenizer-from "$src/models/tiny.en"; then
   : >"$out/engine_turbo.md"
@@ -178,7 +192,7 @@ fi
 # misaligned accesses; racecheck: shared-memory races), where the machine has
 # it and time is left; a sanitizer that does not finish in time is reported,
 # not counted as a pass or a failure.
-if command -v compute-sanitizer >/dev/null 2>&1 && in_budget "compute-sanitizer"; then
+if command -v compute-sanitizer >/dev/null 2>&1 && in_budget "compute-sanitizer (sanitizer)"; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool: test_cuda_ops"
     timeout -k 5 "${SANITIZER_S:-80}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/test_cuda_ops" \

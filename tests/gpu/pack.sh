@@ -13,6 +13,8 @@
 #   .gpu/c1/model  tiny.en's small files; .gpu/c2 and .gpu/c3 hold the two
 #                  halves of its model.bin (one device call carries <= 64 MiB)
 #   .gpu/c1/audio  a few dev clips and their manifest lines
+#   .gpu/c1/py     websockets (for tests/gpu/server_check.py), and sotto-server
+#                  with the Silero VAD in .gpu/c1/model/silero_vad
 #
 #   .gpu/c1.tar.xz c1 compressed (xz), which is what travels
 #
@@ -36,12 +38,12 @@ build=$root/build-gpu-pack
 conf=$(cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSOTTO_NATIVE=OFF -DSOTTO_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90) || die "cmake failed"
 grep -q "CUDA backend: .*nvcc" <<<"$conf" || die "nvcc was not found"
-cmake --build "$build" -j "$(nproc)" --target test_device bench_engine sotto_cli test_cuda_linear test_cuda_ops bench_cuda_linear bench_cuda_attention >/dev/null \
+cmake --build "$build" -j "$(nproc)" --target test_device bench_engine sotto_cli sotto_server test_cuda_linear test_cuda_ops bench_cuda_linear bench_cuda_attention >/dev/null \
   || die "build failed"
 
 rm -rf .gpu
 mkdir -p .gpu/c1/bin .gpu/c1/lib .gpu/c1/model/tiny.en .gpu/c1/audio .gpu/c2 .gpu/c3
-cp "$build/test_device" "$build/bench_engine" "$build/sotto" "$build/test_cuda_linear" "$build/test_cuda_ops" "$build/bench_cuda_linear" "$build/bench_cuda_attention" .gpu/c1/bin/
+cp "$build/test_device" "$build/bench_engine" "$build/sotto" "$build/sotto-server" "$build/test_cuda_linear" "$build/test_cuda_ops" "$build/bench_cuda_linear" "$build/bench_cuda_attention" .gpu/c1/bin/
 # every shared library but glibc's own and CUDA's (the image has a matching toolkit)
 for b in .gpu/c1/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
   case $(basename "$lib") in
@@ -50,6 +52,15 @@ for b in .gpu/c1/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -
   esac
 done
 cp models/tiny.en/config.json models/tiny.en/tokenizer.json models/tiny.en/vocabulary.txt .gpu/c1/model/tiny.en/
+[ -f models/silero_vad/silero_vad.safetensors ] || die "models/silero_vad is missing (scripts/fetch_models.sh fetches it)"
+mkdir -p .gpu/c1/model/silero_vad .gpu/c1/py
+cp models/silero_vad/silero_vad.safetensors .gpu/c1/model/silero_vad/
+# the server check's WebSocket client for the device machine's Python 3.12 (which lacks it)
+whl=$(mktemp -d)
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_17_x86_64 -d "$whl" websockets==15.0.1 || die "pip download websockets failed"
+python3 -m zipfile -e "$whl"/websockets-*.whl .gpu/c1/py/
+rm -rf "$whl"
 split -n 2 -d models/tiny.en/model.bin .gpu/model.bin.
 mv .gpu/model.bin.00 .gpu/c2/model.bin.00
 mv .gpu/model.bin.01 .gpu/c3/model.bin.01
