@@ -316,6 +316,7 @@ int sotto_cmd_transcribe(int argc, char **argv) {
     cli_opts o;
     memset(&o, 0, sizeof o);
     cli_model_opts_init(&o.m);
+    o.m.mp.device = SOTTO_DEVICE_AUTO; /* a usable GPU when there is one (docs/gpu/) */
     o.progress = -1;
     o.t = sotto_transcribe_default_opts();
     int first = parse_args(argc, argv, &o);

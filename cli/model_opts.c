@@ -81,8 +81,9 @@ void cli_model_opts_usage(FILE *f) {
             "  --scale-search         4-bit block scales by least squared error, not absmax\n"
             "  --calib FILE           weight that error by activations recorded with\n"
             "                         `sotto calibrate` (implies --scale-search)\n"
-            "  --device D             cpu | auto | cuda (default cpu; auto uses a GPU when one\n"
-            "                         is usable, else the CPU, and says why in one line)\n"
+            "  --device D             cpu | auto | cuda (default auto for transcribe, cpu for\n"
+            "                         the other commands; auto uses a GPU when one is usable,\n"
+            "                         else the CPU, and says why in one line)\n"
             "  --threads N            CPU threads (default: all cores)\n",
             sotto_cli_default_model());
 }

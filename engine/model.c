@@ -690,6 +690,16 @@ static int place_model(sotto_model *m, sotto_device dev, sotto_err *err) {
     if (dev != SOTTO_DEVICE_AUTO && dev != SOTTO_DEVICE_CUDA)
         return sotto_err_set(err, SOTTO_E_INVALID, "unknown device %d", (int)dev);
     char desc[128], why[256];
+#ifdef SOTTO_CUDA_EMU
+    /* the CPU emulation of CUDA (tests) is there to be asked for by name:
+     * auto, the CLI's and the server's default, never picks it */
+    if (dev == SOTTO_DEVICE_AUTO) {
+        static atomic_int said_emu;
+        if (!atomic_exchange(&said_emu, 1))
+            SOTTO_INFO("device auto: this build's CUDA is the CPU emulation (tests only); running on the CPU");
+        return SOTTO_OK;
+    }
+#endif
     if (!sotto_gpu_probe(desc, sizeof desc, why, sizeof why)) {
         if (dev == SOTTO_DEVICE_CUDA)
             return sotto_err_set(err, SOTTO_E_UNSUPPORTED, "device cuda: no usable GPU: %s", why);

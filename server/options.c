@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "  --drain-s S            on SIGTERM, time running sessions get to finish (default 30)\n"
             "  --max-frame-bytes N    largest WebSocket message (default 1048576)\n"
             "  --threads N            CPU threads for inference (default: all cores)\n"
-            "  --device D             cpu | auto | cuda: where models run (default cpu; auto\n"
+            "  --device D             cpu | auto | cuda: where models run (default auto:\n"
             "                         uses a GPU when one is usable, else the CPU)\n"
             "  --max-batch N          sessions decoded together (default 8)\n"
             "  --overload-wait-ms MS  a due pass that waits longer (times the step scale) means\n"
@@ -78,6 +78,7 @@ void srv_options_default(srv_options *o) {
     o->port = 8765;
     for (int i = 0; i < SOTTO_WFMT_COUNT; i++) o->allowed[i] = 1;
     o->default_weights = SOTTO_WFMT_F32;
+    o->device = SOTTO_DEVICE_AUTO; /* a usable GPU when there is one (docs/gpu/) */
     o->max_sessions = 16;
     o->max_connections = 1024;
     o->max_connections_per_ip = 256;

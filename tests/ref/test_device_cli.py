@@ -7,9 +7,12 @@ Checks:
     CPU's transcript and says in exactly one log line where it runs (the
     fallback and its reason without a GPU, the GPU's name with one); cuda
     either runs on the GPU (same words as the CPU) or exits non-zero with
-    "no usable GPU: <reason>"; an unknown device is a usage error;
+    "no usable GPU: <reason>"; an unknown device is a usage error; without
+    --device, transcribe runs as auto; auto never picks the CUDA emulation
+    of the ASan build (only --device cuda does);
   - `sotto-server --device cuda` without a GPU exits non-zero naming the
-    reason; `--device auto` serves /healthz and logs the fallback once.
+    reason; the server's default (auto) serves /healthz and says once where
+    the model runs.
 
 usage: test_device_cli.py --sotto build/sotto --server build/sotto-server
                           --model models/tiny.en [--manifest M]
@@ -37,8 +40,10 @@ def check(cond, what):
 
 
 def transcribe(args, device, wav):
-    p = subprocess.run([args.sotto, "transcribe", "--model", args.model, "--beam", "1",
-                        "--device", device, wav], capture_output=True, text=True, timeout=300)
+    """(rc, stdout, stderr) of `sotto transcribe`; device None: no --device (the default)."""
+    dev = ["--device", device] if device else []
+    p = subprocess.run([args.sotto, "transcribe", "--model", args.model, "--beam", "1", *dev, wav],
+                       capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout.strip(), p.stderr
 
 
@@ -104,22 +109,39 @@ def main():
     check(rc == 0 and len(cpu_text) > 20, f"--device cpu transcribes ({cpu_text[:50]}...)")
     check("device" not in cpu_err, "--device cpu logs nothing about devices")
 
+    # what this machine has: a real GPU, the CPU emulation of CUDA (the
+    # ASan build's), or neither; --device cuda runs only where there is one
+    rc_cuda, cuda_text, cuda_err = transcribe(args, "cuda", wav)
+    emulated = "CPU emulation" in cuda_err
+    gpu = rc_cuda == 0 and not emulated
+
     rc, auto_text, auto_err = transcribe(args, "auto", wav)
     dev_lines = [l for l in auto_err.splitlines() if "device auto:" in l or "weights on" in l]
-    gpu = any("weights on" in l for l in dev_lines)
     check(rc == 0, f"--device auto exits 0 (rc {rc})")
     check(len(dev_lines) == 1, f"--device auto says where it runs in one line: {dev_lines}")
+    # the default of `sotto transcribe` is auto: the same line, the same words
+    rc, def_text, def_err = transcribe(args, None, wav)
+    def_lines = [l for l in def_err.splitlines() if "device auto:" in l or "weights on" in l]
+    check(rc == 0 and len(def_lines) == 1 and len(dev_lines) == 1 and
+          def_lines[0].split(" ", 1)[-1] == dev_lines[0].split(" ", 1)[-1] and def_text == auto_text,
+          f"without --device, transcribe runs as --device auto: {def_lines}")
     if not gpu:
-        check("no usable GPU" in dev_lines[0] and "running on the CPU" in dev_lines[0],
-              "the line gives the fallback and its reason")
+        if emulated:  # auto never picks the emulation: it is asked for by name
+            check(dev_lines and "CPU emulation" in dev_lines[0] and "running on the CPU" in dev_lines[0],
+                  "auto does not pick the CUDA emulation, and says so")
+        else:
+            check(dev_lines and "no usable GPU" in dev_lines[0] and "running on the CPU" in dev_lines[0],
+                  "the line gives the fallback and its reason")
         check(auto_text == cpu_text, "auto without a GPU gives the CPU's transcript exactly")
-        rc, text, err = transcribe(args, "cuda", wav)
-        check(rc != 0 and text == "", f"--device cuda without a GPU fails (rc {rc})")
-        check("no usable GPU:" in err, f"and says why: {err.strip().splitlines()[-1] if err.strip() else ''}")
     else:
+        check(dev_lines and "weights on" in dev_lines[0], "auto with a GPU puts the weights on it")
         check(auto_text.split() == cpu_text.split(), "auto on the GPU gives the CPU's words")
-        rc, text, err = transcribe(args, "cuda", wav)
-        check(rc == 0 and text.split() == cpu_text.split(), "--device cuda gives the CPU's words")
+    if rc_cuda != 0:
+        check(cuda_text == "", f"--device cuda without a GPU fails (rc {rc_cuda})")
+        check("no usable GPU:" in cuda_err,
+              f"and says why: {cuda_err.strip().splitlines()[-1] if cuda_err.strip() else ''}")
+    else:
+        check(cuda_text.split() == cpu_text.split(), "--device cuda gives the CPU's words")
         # several windows: previous text as the prompt (prompts past 32 rows
         # take the GEMM path), timestamps, seeks
         long = [r for r in load_manifest(args.manifest) if 60 <= r["seconds"] <= 80][:1]
@@ -135,32 +157,40 @@ def main():
     check(p.returncode == 2 and "--device" in p.stderr, f"an unknown device is a usage error (rc {p.returncode})")
 
     # the server
-    if not gpu:
+    if rc_cuda != 0:
         port = free_port()
         p = subprocess.run([args.server, "--model", args.model, "--port", str(port), "--device", "cuda"],
                            capture_output=True, text=True, timeout=60)
         check(p.returncode != 0 and "no usable GPU" in p.stderr,
               f"sotto-server --device cuda without a GPU exits non-zero with the reason (rc {p.returncode})")
-    port = free_port()
-    srv = subprocess.Popen([args.server, "--model", args.model, "--port", str(port), "--device", "auto"],
-                           stderr=subprocess.PIPE, text=True)
-    ok = healthy(port)
-    if ok:  # one streamed session through the server's batched decoder
-        res = sc.stream(f"ws://127.0.0.1:{port}/v1/stream", sc.load_clip(wav), timeout=300)
-        words = normalize(res.transcript).split()
-        ref = normalize(" ".join(l.split("]", 1)[-1] for l in cpu_text.splitlines())).split()
-        errs = edit_distance(ref, words)
-        check(res.exception is None and res.done is not None and errs <= 3,
-              f"a streamed session on the server's {'GPU' if gpu else 'CPU'} model: {errs} word "
-              f"differences from the offline CPU transcript ({' '.join(words)})")
-    srv.terminate()
-    _, err = srv.communicate(timeout=60)
-    check(ok, "sotto-server --device auto serves /healthz")
-    lines = [l for l in err.splitlines() if "device auto:" in l or "weights on" in l]
-    check(len(lines) == 1, f"and says where the model runs once: {lines}")
-    check(srv.returncode == 0, f"and exits 0 on SIGTERM (rc {srv.returncode})")
+    def serve(device_args, label, expect_gpu):
+        """The server with device_args: /healthz, one streamed session close to the
+        offline CPU transcript, one log line saying where the model runs, exit 0."""
+        port = free_port()
+        srv = subprocess.Popen([args.server, "--model", args.model, "--port", str(port), *device_args],
+                               stderr=subprocess.PIPE, text=True)
+        ok = healthy(port)
+        if ok:  # one streamed session through the server's batched decoder
+            res = sc.stream(f"ws://127.0.0.1:{port}/v1/stream", sc.load_clip(wav), timeout=300)
+            words = normalize(res.transcript).split()
+            ref = normalize(" ".join(l.split("]", 1)[-1] for l in cpu_text.splitlines())).split()
+            errs = edit_distance(ref, words)
+            check(res.exception is None and res.done is not None and errs <= 3,
+                  f"{label}: a streamed session on the server's {'GPU' if expect_gpu else 'CPU'} model: "
+                  f"{errs} word differences from the offline CPU transcript ({' '.join(words)})")
+        srv.terminate()
+        _, err = srv.communicate(timeout=120)
+        check(ok, f"{label}: sotto-server serves /healthz")
+        lines = [l for l in err.splitlines() if "device auto:" in l or "weights on" in l]
+        check(len(lines) == 1 and ("weights on" in lines[0]) == expect_gpu,
+              f"{label}: and says where the model runs once: {lines}")
+        check(srv.returncode == 0, f"{label}: and exits 0 on SIGTERM (rc {srv.returncode})")
 
-    if gpu and "CPU emulation" in dev_lines[0]:
+    serve([], "the default --device (auto)", gpu)
+    if rc_cuda == 0:  # the server's batched passes on the GPU (or the emulation)
+        serve(["--device", "cuda"], "--device cuda", True)
+
+    if emulated:
         out_of_memory(args, wav)
     print(f"{'all passed' if failures == 0 else f'{failures} FAILED'}")
     return 1 if failures else 0
