@@ -80,4 +80,4 @@ done
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.gpu' || echo ' (modified)')" >.gpu/c1/commit.txt
 tar -cJf .gpu/c1.tar.xz -C .gpu c1
 du -sh .gpu/c1 .gpu/c1.tar.xz .gpu/c2 .gpu/c3
-echo "pack: ready; see the header of this script for the three calls"
+echo "pack: ready; see the header of this script for the two calls"
