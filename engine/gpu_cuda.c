@@ -253,6 +253,7 @@ int sotto_gpu_sync(sotto_err *err) {
 
 enum {
     G_X, G_H, G_Q, G_K, G_V, G_ATT, G_FF, G_DEQ, G_COLS, G_SCORES, G_MEL, G_LOGITS, G_ROWS,
+    G_XPART, /* the cross-attention's per-chunk partials (sotto_cuda_attention_cross) */
     G_A16, G_QKV16, G_S16, /* bf16 GEMM operands (two per float of capacity) */
     G_COUNT
 };
@@ -540,7 +541,8 @@ static float *self_at(const sotto_state *st, float *base, int layer, int seq, in
  * d_rows and tokens in x: nothing step-specific is passed by value, so this
  * is what a graph captures. Logits of all rows go to lg. */
 static int enqueue_step(const sotto_model *m, gws *w, int n, const sotto_cuda_row *d_rows, float *x, float *h,
-                        float *q, float *k, float *v, float *att, float *f, float *lg, sotto_err *err) {
+                        float *q, float *k, float *v, float *att, float *f, float *lg, float *xpart,
+                        sotto_err *err) {
     const sotto_gpu_model *g = m->gpu;
     const sotto_hparams *hp = &m->hp;
     const int d = hp->n_text_state, H = hp->n_text_head, dh = d / H, ff = hp->n_text_ff;
@@ -556,7 +558,7 @@ static int enqueue_step(const sotto_model *m, gws *w, int n, const sotto_cuda_ro
             (rc = glinear(w, &L->o, att, n, x, 1, err)) ||
             (rc = sotto_cuda_layer_norm(x, h, n, d, L->cross_ln.g, L->cross_ln.b, 1e-5f, err)) ||
             (rc = glinear(w, &L->cq, h, n, q, 0, err)) ||
-            (rc = sotto_cuda_attention_cross(q, att, n, H, dh, d_rows, l, hp->n_audio_ctx, scale, err)) ||
+            (rc = sotto_cuda_attention_cross(q, att, n, H, dh, d_rows, l, hp->n_audio_ctx, scale, xpart, err)) ||
             (rc = glinear(w, &L->co, att, n, x, 1, err)) ||
             (rc = sotto_cuda_layer_norm(x, h, n, d, L->mlp_ln.g, L->mlp_ln.b, 1e-5f, err)) ||
             (rc = glinear(w, &L->fc1, h, n, f, 0, err)) || (rc = sotto_cuda_gelu(f, (size_t)n * ff, err)) ||
@@ -572,7 +574,7 @@ static int enqueue_step(const sotto_model *m, gws *w, int n, const sotto_cuda_ro
 
 /* The graph of (model, n) over the current buffers, captured on first use. */
 static cudaGraphExec_t step_graph_get(const sotto_model *m, gws *w, int n, const sotto_cuda_row *d_rows,
-                                      float *bufs[8], sotto_err *err) {
+                                      float *bufs[9], sotto_err *err) {
     step_graph *slot = NULL;
     w->clock++;
     for (int i = 0; i < MAX_GRAPHS; i++) {
@@ -591,7 +593,7 @@ static cudaGraphExec_t step_graph_get(const sotto_model *m, gws *w, int n, const
         return NULL;
     }
     int rc = enqueue_step(m, w, n, d_rows, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6],
-                          bufs[7], err);
+                          bufs[7], bufs[8], err);
     cudaGraph_t graph = NULL;
     e = cudaStreamEndCapture(w->stream, &graph); /* always ends the capture */
     if (rc || e != cudaSuccess) {
@@ -618,12 +620,14 @@ static int decode_step(const sotto_model *m, gws *w, const sotto_row_ref *rows, 
     const int d = hp->n_text_state, ff = hp->n_text_ff, V = hp->n_vocab;
     const size_t R = SKINNY_MAX; /* buffers sized once for the largest step, so graphs stay valid */
     const size_t row_floats = (R * sizeof(sotto_cuda_row) + sizeof(float) - 1) / sizeof(float);
-    float *b[8];
+    float *b[9];
     float *rows_buf;
     if (!(b[0] = gbuf(w, G_X, R * d, err)) || !(b[1] = gbuf(w, G_H, R * d, err)) ||
         !(b[2] = gbuf(w, G_Q, R * d, err)) || !(b[3] = gbuf(w, G_K, R * d, err)) ||
         !(b[4] = gbuf(w, G_V, R * d, err)) || !(b[5] = gbuf(w, G_ATT, R * d, err)) ||
         !(b[6] = gbuf(w, G_FF, R * ff, err)) || !(b[7] = gbuf(w, G_LOGITS, R * V, err)) ||
+        !(b[8] = gbuf(w, G_XPART, sotto_cuda_attention_cross_scratch((int)R, hp->n_text_head, d / hp->n_text_head),
+                      err)) ||
         !(rows_buf = gbuf(w, G_ROWS, row_floats, err)))
         return err->code;
     const sotto_cuda_row *d_rows = (const sotto_cuda_row *)rows_buf;
@@ -650,7 +654,7 @@ static int decode_step(const sotto_model *m, gws *w, const sotto_row_ref *rows, 
         cudaGraphExec_t exec = step_graph_get(m, w, n, d_rows, b, err);
         if (!exec) return err->code ? err->code : SOTTO_E_INTERNAL;
         if ((e = cudaGraphLaunch(exec, w->stream)) != cudaSuccess) return cuda_err(err, e, "graph launch");
-    } else if ((rc = enqueue_step(m, w, n, d_rows, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], err))) {
+    } else if ((rc = enqueue_step(m, w, n, d_rows, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], err))) {
         return rc;
     }
     if ((e = cudaMemcpyAsync(logits, b[7], sizeof(float) * (size_t)n * V, cudaMemcpyDeviceToHost, w->stream)) !=

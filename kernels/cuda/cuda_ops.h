@@ -71,9 +71,23 @@ int sotto_cuda_kv_append(const float *k, const float *v, int n, int d, const sot
  * pos + 1 keys of `layer`; max_kv bounds pos + 1 (shared memory). */
 int sotto_cuda_attention_self(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
                               int layer, int max_kv, float scale, sotto_err *err);
-/* Cross-attention of row i over its stream's n_kv encoder positions. */
+/* Cross-attention of row i over its stream's n_kv encoder positions. With
+ * scratch (device memory of sotto_cuda_attention_cross_scratch(n, n_head, dh)
+ * floats or more, owned by the caller, one per stream of work) each row's
+ * keys are split over several blocks and combined by a second kernel, which
+ * keeps the GPU busy when there are few rows; NULL: one block per head and
+ * row. The scratch is sized for any row count up to n, so one buffer serves
+ * every step of a captured graph. */
 int sotto_cuda_attention_cross(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
-                               int layer, int n_kv, float scale, sotto_err *err);
+                               int layer, int n_kv, float scale, float *scratch, sotto_err *err);
+/* Blocks the split aims at (two per multiprocessor of an H100/H200); a
+ * step of n rows uses at most this many plus n * n_head chunks. */
+#define SOTTO_CUDA_XSPLIT_BLOCKS 264
+static inline size_t sotto_cuda_attention_cross_scratch(int n, int n_head, int dh) {
+    return n <= 0 || n_head <= 0 || dh <= 0
+               ? 0
+               : ((size_t)SOTTO_CUDA_XSPLIT_BLOCKS + (size_t)n * (size_t)n_head) * ((size_t)dh + 2);
+}
 
 #ifdef __cplusplus
 }

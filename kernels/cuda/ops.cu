@@ -129,9 +129,9 @@ extern "C" int sotto_cuda_add_bias_rows(float *x, const float *b, int n, int d, 
 // threads over every key: on the H200 a tiny.en decoder step took 2.1 ms,
 // almost all of it in the cross-attention over 1500 positions.
 template <bool VEC>
-__device__ void attend_one(const float *__restrict__ qr, const float *__restrict__ k, const float *__restrict__ v,
-                           int kv_stride, float *__restrict__ orow, int n_kv, int dh, float scale, float *sm,
-                           float *red) {
+__device__ void attend_core(const float *__restrict__ qr, const float *__restrict__ k, const float *__restrict__ v,
+                            int kv_stride, int n_kv, int dh, float scale, float *sm, float *red, float *m_out,
+                            float *sum_out) {
     float *qs = sm, *sc = sm + dh, *po = sm + dh + n_kv;
     const int tid = threadIdx.x, nt = blockDim.x;
     for (int d = tid; d < dh; d += nt) qs[d] = qr[d] * scale;
@@ -164,7 +164,7 @@ __device__ void attend_one(const float *__restrict__ qr, const float *__restrict
         sc[i] = e;
         sum += e;
     }
-    const float inv = 1.0f / block_reduce<false>(sum, red); // also orders the writes to sc
+    sum = block_reduce<false>(sum, red); // also orders the writes to sc
     const int G = nt / dh, g = tid / dh, d = tid - g * dh;
     if (g < G) {
         const float *vd = v + d;
@@ -180,11 +180,26 @@ __device__ void attend_one(const float *__restrict__ qr, const float *__restrict
         po[g * dh + d] = (a0 + a1) + (a2 + a3);
     }
     __syncthreads();
-    for (int c = tid; c < dh; c += nt) {
-        float acc = 0.f;
-        for (int j = 0; j < G; j++) acc += po[j * dh + c];
-        orow[c] = acc * inv;
-    }
+    *m_out = m, *sum_out = sum;
+}
+
+// The G groups' sums of column c (after attend_core).
+__device__ __forceinline__ float attend_col(const float *sm, int n_kv, int dh, int c) {
+    const float *po = sm + dh + n_kv;
+    const int G = blockDim.x / dh;
+    float acc = 0.f;
+    for (int j = 0; j < G; j++) acc += po[j * dh + c];
+    return acc;
+}
+
+template <bool VEC>
+__device__ void attend_one(const float *__restrict__ qr, const float *__restrict__ k, const float *__restrict__ v,
+                           int kv_stride, float *__restrict__ orow, int n_kv, int dh, float scale, float *sm,
+                           float *red) {
+    float m, sum;
+    attend_core<VEC>(qr, k, v, kv_stride, n_kv, dh, scale, sm, red, &m, &sum);
+    const float inv = 1.0f / sum;
+    for (int c = threadIdx.x; c < dh; c += blockDim.x) orow[c] = attend_col(sm, n_kv, dh, c) * inv;
 }
 
 // Threads per attention block: enough for the longest key range to keep many
@@ -359,8 +374,87 @@ extern "C" int sotto_cuda_attention_self(const float *q, float *out, int n, int 
     return attention_meta(q, out, n, n_head, dh, rows, layer, 0, max_kv, scale, err);
 }
 
+// ---- cross-attention split over key blocks ("flash decoding") ----------
+// A decoder step has few (head, row) pairs (tiny.en, one stream: 6) and 1500
+// keys each; one block per pair leaves most of the GPU idle. Each pair's keys
+// are cut into S chunks, a block per (head, row, chunk) writes its chunk's
+// max m, sum l of exp(score - m) and unnormalised output o[dh] to scratch,
+// and a second kernel combines the chunks: out = sum_s o_s e^(m_s - M) /
+// sum_s l_s e^(m_s - M), M = max_s m_s.
+#define SPLIT_MIN_KEYS 64
+
+static int cross_splits(int n, int n_head, int n_kv) {
+    const int pairs = n * n_head;
+    int s = (SOTTO_CUDA_XSPLIT_BLOCKS + pairs - 1) / pairs; // pairs * s < XSPLIT_BLOCKS + pairs: the scratch bound
+    const int most = (n_kv + SPLIT_MIN_KEYS - 1) / SPLIT_MIN_KEYS;
+    return s < 1 ? 1 : s > most ? most : s;
+}
+
+template <bool VEC>
+__global__ void attention_cross_part_k(const float *__restrict__ q, int d, int dh, const sotto_cuda_row *__restrict__ rows,
+                                       int layer, int n_kv, int chunk, float scale, float *__restrict__ part) {
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
+    __shared__ float red[32];
+    const int h = blockIdx.x, i = blockIdx.y, s = blockIdx.z, S = gridDim.z;
+    const sotto_cuda_row r = rows[i];
+    const int k0 = s * chunk, nk = min(chunk, n_kv - k0);
+    float *out = part + (((size_t)i * gridDim.x + h) * S + s) * (size_t)(dh + 2);
+    if (nk <= 0) { // an empty chunk (n_kv not a multiple of the chunk): weight 0
+        for (int c = threadIdx.x; c < dh + 2; c += blockDim.x) out[c] = c == 0 ? -INFINITY : 0.f;
+        return;
+    }
+    const size_t base = (size_t)layer * r.cross_layer_stride + (size_t)k0 * d + (size_t)h * dh;
+    float m, l;
+    attend_core<VEC>(q + (size_t)i * d + (size_t)h * dh, r.cross_k + base, r.cross_v + base, d, nk, dh, scale, sm,
+                     red, &m, &l);
+    if (threadIdx.x == 0) out[0] = m, out[1] = l;
+    for (int c = threadIdx.x; c < dh; c += blockDim.x) out[2 + c] = attend_col(sm, nk, dh, c);
+}
+
+__global__ void attention_cross_combine_k(const float *__restrict__ part, int S, int dh, int d,
+                                          float *__restrict__ out) {
+    const int h = blockIdx.x, i = blockIdx.y;
+    const float *p = part + ((size_t)i * gridDim.x + h) * S * (size_t)(dh + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < S; s++) M = fmaxf(M, p[(size_t)s * (dh + 2)]);
+    float L = 0.f;
+    for (int s = 0; s < S; s++) {
+        const float ms = p[(size_t)s * (dh + 2)];
+        if (ms != -INFINITY) L += p[(size_t)s * (dh + 2) + 1] * expf(ms - M);
+    }
+    const float inv = 1.0f / L;
+    for (int c = threadIdx.x; c < dh; c += blockDim.x) {
+        float acc = 0.f;
+        for (int s = 0; s < S; s++) {
+            const float ms = p[(size_t)s * (dh + 2)];
+            if (ms != -INFINITY) acc = fmaf(p[(size_t)s * (dh + 2) + 2 + c], expf(ms - M), acc);
+        }
+        out[(size_t)i * d + (size_t)h * dh + c] = acc * inv;
+    }
+}
+
 extern "C" int sotto_cuda_attention_cross(const float *q, float *out, int n, int n_head, int dh,
                                           const sotto_cuda_row *rows, int layer, int n_kv, float scale,
-                                          sotto_err *err) {
-    return attention_meta(q, out, n, n_head, dh, rows, layer, 1, n_kv, scale, err);
+                                          float *scratch, sotto_err *err) {
+    if (n <= 0 || n_head <= 0) return SOTTO_OK;
+    if (n_kv <= 0 || dh <= 0 || dh > 256)
+        return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: %d keys, dh %d (1..256)", n_kv, dh);
+    const int S = scratch ? cross_splits(n, n_head, n_kv) : 1;
+    if (S == 1) return attention_meta(q, out, n, n_head, dh, rows, layer, 1, n_kv, scale, err);
+    const int chunk = (n_kv + S - 1) / S, nt = att_threads(chunk, dh), d = n_head * dh;
+    const size_t smem = att_smem(chunk, dh, nt);
+    const dim3 grid((unsigned)n_head, (unsigned)n, (unsigned)S);
+    int rc;
+    if (dh % 4 == 0) {
+        if ((rc = att_smem_optin(attention_cross_part_k<true>, smem, err))) return rc;
+        attention_cross_part_k<true><<<grid, nt, smem, S()>>>(q, d, dh, rows, layer, n_kv, chunk, scale, scratch);
+    } else {
+        if ((rc = att_smem_optin(attention_cross_part_k<false>, smem, err))) return rc;
+        attention_cross_part_k<false><<<grid, nt, smem, S()>>>(q, d, dh, rows, layer, n_kv, chunk, scale, scratch);
+    }
+    if ((rc = launched(err, "attention_cross (chunks)"))) return rc;
+    attention_cross_combine_k<<<dim3((unsigned)n_head, (unsigned)n), dh < 32 ? 32 : (dh + 31) / 32 * 32, 0, S()>>>(
+        scratch, S, dh, d, out);
+    return launched(err, "attention_cross (combine)");
 }

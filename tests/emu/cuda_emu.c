@@ -847,6 +847,9 @@ int sotto_cuda_attention_self(const float *q, float *out, int n, int n_head, int
 }
 
 int sotto_cuda_attention_cross(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
-                               int layer, int n_kv, float scale, sotto_err *err) {
+                               int layer, int n_kv, float scale, float *scratch, sotto_err *err) {
+    /* the GPU writes per-chunk partials there: it must be device memory of the size the header gives */
+    if (scratch && n > 0 && n_head > 0)
+        dev(scratch, sizeof(float) * sotto_cuda_attention_cross_scratch(n, n_head, dh), "attention_cross scratch");
     return attention_meta(q, out, n, n_head, dh, rows, layer, 1, n_kv, scale, err);
 }

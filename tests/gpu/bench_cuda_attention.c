@@ -2,7 +2,9 @@
  * row per stream and head against the cross-attention's 1500 encoder
  * positions or a self-attention cache, at tiny.en's and large-v3-turbo's
  * head shapes, for 1 and 16 rows (kernels/cuda/ops.cu). Prints microseconds
- * per call (mean of 200 queued calls) and the K/V bytes each call reads.
+ * per call (mean of 200 queued calls) and the K/V bytes each call reads; then
+ * the decoder step's cross-attention by row metadata (each row its own K/V)
+ * with one block per head and row against the split over key chunks.
  *
  * Needs a CUDA device (exits 77 without one). Run by tests/gpu/check.sh.
  */
@@ -80,5 +82,52 @@ int main(void) {
                2.0 * n_kv * d * sizeof(float) / 1e6, us[0], us[1]);
         sotto_cuda_free(q), sotto_cuda_free(k), sotto_cuda_free(v), sotto_cuda_free(o);
     }
+
+    /* the decoder step's cross-attention: each row its own stream's K/V, by row metadata */
+    printf("\nCross-attention of a decoder step (each row its own stream's 1500 positions):\n\n");
+    printf("| model | heads x dh | rows | us, one block per head and row | us, split over key chunks | ratio |\n");
+    printf("|---|---|---:|---:|---:|---:|\n");
+    static const struct {
+        const char *model;
+        int heads, dh;
+    } M[] = {{"tiny.en", 6, 64}, {"large-v3-turbo", 20, 64}};
+    for (size_t c = 0; c < sizeof M / sizeof M[0]; c++)
+        for (int n = 1; n <= 16; n *= 4) {
+            const int d = M[c].heads * M[c].dh, n_kv = 1500;
+            float *q = dev_random((size_t)n * d, &err), *o = dev_random((size_t)n * d, &err);
+            float *kv = dev_random((size_t)n * 2 * n_kv * d, &err);
+            float *xpart = sotto_cuda_malloc(sizeof(float) * sotto_cuda_attention_cross_scratch(n, M[c].heads, M[c].dh), &err);
+            sotto_cuda_row *rows = calloc((size_t)n, sizeof *rows), *drows = sotto_cuda_malloc(sizeof *rows * (size_t)n, &err);
+            if (!q || !o || !kv || !xpart || !rows || !drows) {
+                fprintf(stderr, "bench_cuda_attention: %s\n", err.msg);
+                return 1;
+            }
+            for (int i = 0; i < n; i++)
+                rows[i] = (sotto_cuda_row){.cross_k = kv + (size_t)i * 2 * n_kv * d,
+                                           .cross_v = kv + (size_t)i * 2 * n_kv * d + (size_t)n_kv * d,
+                                           .cross_layer_stride = (long long)n_kv * d};
+            sotto_cuda_copy(drows, rows, sizeof *rows * (size_t)n, 1, &err);
+            const float scale = 1.0f / sqrtf((float)M[c].dh);
+            double us[2];
+            for (int split = 0; split < 2; split++) {
+                float *scratch = split ? xpart : NULL;
+                for (int i = 0; i < 20; i++)
+                    sotto_cuda_attention_cross(q, o, n, M[c].heads, M[c].dh, drows, 0, n_kv, scale, scratch, &err);
+                sotto_cuda_sync(&err);
+                double t0 = now();
+                for (int i = 0; i < 200; i++)
+                    if (sotto_cuda_attention_cross(q, o, n, M[c].heads, M[c].dh, drows, 0, n_kv, scale, scratch, &err))
+                        break;
+                if (err.code || sotto_cuda_sync(&err)) {
+                    fprintf(stderr, "bench_cuda_attention: %s\n", err.msg);
+                    return 1;
+                }
+                us[split] = (now() - t0) / 200 * 1e6;
+            }
+            printf("| %s | %d x %d | %d | %.1f | %.1f | %.2fx |\n", M[c].model, M[c].heads, M[c].dh, n, us[0], us[1],
+                   us[1] / us[0]);
+            sotto_cuda_free(q), sotto_cuda_free(o), sotto_cuda_free(kv), sotto_cuda_free(xpart), sotto_cuda_free(drows);
+            free(rows);
+        }
     return 0;
 }

@@ -266,10 +266,17 @@ static void test_meta_step(int n, int n_head, int dh, int n_cross, int layer) {
     const float scale = 1.0f / sqrtf((float)dh);
     CHECK_MSG(sotto_cuda_kv_append(dk, dv, n, d, drows, layer, &err) == 0, "%s", err.msg);
     CHECK_MSG(sotto_cuda_attention_self(dq, dout, n, n_head, dh, drows, layer, C, scale, &err) == 0, "%s", err.msg);
-    CHECK_MSG(sotto_cuda_attention_cross(dq, dout2, n, n_head, dh, drows, layer, n_cross, scale, &err) == 0, "%s",
-              err.msg);
+    CHECK_MSG(sotto_cuda_attention_cross(dq, dout2, n, n_head, dh, drows, layer, n_cross, scale, NULL, &err) == 0,
+              "%s", err.msg);
+    /* the same cross-attention split over key chunks, through the scratch */
+    float *o3 = malloc(sizeof(float) * nq), *dout3 = to_dev(o, nq);
+    float *xpart = sotto_cuda_malloc(sizeof(float) * sotto_cuda_attention_cross_scratch(n, n_head, dh), &err);
+    CHECK_MSG(xpart && sotto_cuda_attention_cross(dq, dout3, n, n_head, dh, drows, layer, n_cross, scale, xpart,
+                                                  &err) == 0,
+              "%s", err.msg);
     from_dev(o, dout, nq);
     from_dev(o2, dout2, nq);
+    from_dev(o3, dout3, nq);
     double *ref = malloc(sizeof(double) * nq), *ref2 = malloc(sizeof(double) * nq);
     double *p = malloc(sizeof(double) * (n_cross > C ? n_cross : C));
     for (int i = 0; i < n; i++) {
@@ -299,7 +306,7 @@ static void test_meta_step(int n, int n_head, int dh, int n_cross, int layer) {
             }
         }
     }
-    double e1 = max_abs_diff(o, ref, nq), e2 = max_abs_diff(o2, ref2, nq);
+    double e1 = max_abs_diff(o, ref, nq), e2 = max_abs_diff(o2, ref2, nq), e4 = max_abs_diff(o3, ref2, nq);
     /* the appended rows landed where the host put them */
     double e3 = 0;
     for (int i = 0; i < n; i++) {
@@ -312,10 +319,11 @@ static void test_meta_step(int n, int n_head, int dh, int n_cross, int layer) {
         for (int c = 0; c < d; c++) e3 = fmax(e3, fabs(back[c] - v[(size_t)i * d + c]));
         free(back);
     }
-    CHECK_MSG(e1 < 2e-5 && e2 < 2e-5 && e3 == 0, "meta step n=%d heads=%d: self %.3g cross %.3g append %.3g", n, n_head,
-              e1, e2, e3);
-    printf("  meta step    n=%-3d heads=%-2d dh=%-3d cross=%-5d layer=%d max abs err self %.2e cross %.2e\n", n,
-           n_head, dh, n_cross, layer, e1, e2);
+    CHECK_MSG(e1 < 2e-5 && e2 < 2e-5 && e3 == 0 && e4 < 2e-5,
+              "meta step n=%d heads=%d: self %.3g cross %.3g append %.3g cross split %.3g", n, n_head, e1, e2, e3, e4);
+    printf("  meta step    n=%-3d heads=%-2d dh=%-3d cross=%-5d layer=%d max abs err self %.2e cross %.2e split %.2e\n",
+           n, n_head, dh, n_cross, layer, e1, e2, e4);
+    sotto_cuda_free(dout3), sotto_cuda_free(xpart), free(o3);
     for (int i = 0; i < n; i++) {
         sotto_cuda_free(self_k[i]), sotto_cuda_free(self_v[i]);
         free(hk[i] - (size_t)rows[i].pad_ * C * d), free(hv[i] - (size_t)rows[i].pad_ * C * d);
@@ -363,6 +371,10 @@ int main(void) {
     test_im2col(1, 1, 1);
     test_meta_step(1, 6, 64, 1500, 0);   /* tiny: one stream */
     test_meta_step(5, 6, 64, 1500, 3);   /* beams of several streams, a later layer */
-    test_meta_step(16, 20, 64, 1500, 2); /* large-v3-turbo: 16 rows */
+    test_meta_step(16, 20, 64, 1500, 2); /* large-v3-turbo: 16 rows (no split: enough blocks) */
+    test_meta_step(1, 20, 64, 1500, 1);  /* large-v3-turbo: one stream, split in 14 */
+    test_meta_step(2, 4, 30, 1000, 1);   /* dh not a multiple of 4 (scalar K loads), split */
+    test_meta_step(1, 6, 64, 100, 0);    /* two chunks of 50 */
+    test_meta_step(3, 6, 64, 7, 0);      /* too few keys to split */
     return check_report();
 }
