@@ -8,6 +8,7 @@
  *
  * Needs a CUDA device (exits 77 without one). Run by tests/gpu/check.sh.
  */
+#include "bench_util.h"
 #include "cuda_linear.h"
 #include "cuda_ops.h"
 
@@ -17,21 +18,10 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static uint64_t rng = 88172645463325252ULL;
-static float frand(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
 
 static float *dev_random(size_t n, sotto_err *err) {
     float *h = malloc(sizeof(float) * n), *d = sotto_cuda_malloc(sizeof(float) * n, err);
-    for (size_t i = 0; i < n; i++) h[i] = frand();
+    for (size_t i = 0; i < n; i++) h[i] = bench_frand();
     if (d && sotto_cuda_copy(d, h, sizeof(float) * n, 1, err)) d = NULL;
     free(h);
     return d;
@@ -68,7 +58,7 @@ int main(void) {
             for (int i = 0; i < 20; i++)
                 sotto_cuda_attention_rows(q, d, k, v, d, o, d, rows[r], n_kv, C[c].heads, C[c].dh, scale, &err);
             sotto_cuda_sync(&err);
-            double t0 = now();
+            double t0 = bench_now();
             for (int i = 0; i < 200; i++)
                 if (sotto_cuda_attention_rows(q, d, k, v, d, o, d, rows[r], n_kv, C[c].heads, C[c].dh, scale, &err))
                     break;
@@ -76,7 +66,7 @@ int main(void) {
                 fprintf(stderr, "bench_cuda_attention: %s\n", err.msg);
                 return 1;
             }
-            us[r] = (now() - t0) / 200 * 1e6;
+            us[r] = (bench_now() - t0) / 200 * 1e6;
         }
         printf("| %s | %s | %d x %d | %d | %.2f | %.1f | %.1f |\n", C[c].model, C[c].kind, C[c].heads, C[c].dh, n_kv,
                2.0 * n_kv * d * sizeof(float) / 1e6, us[0], us[1]);
@@ -114,7 +104,7 @@ int main(void) {
                 for (int i = 0; i < 20; i++)
                     sotto_cuda_attention_cross(q, o, n, M[c].heads, M[c].dh, drows, 0, n_kv, scale, scratch, &err);
                 sotto_cuda_sync(&err);
-                double t0 = now();
+                double t0 = bench_now();
                 for (int i = 0; i < 200; i++)
                     if (sotto_cuda_attention_cross(q, o, n, M[c].heads, M[c].dh, drows, 0, n_kv, scale, scratch, &err))
                         break;
@@ -122,7 +112,7 @@ int main(void) {
                     fprintf(stderr, "bench_cuda_attention: %s\n", err.msg);
                     return 1;
                 }
-                us[split] = (now() - t0) / 200 * 1e6;
+                us[split] = (bench_now() - t0) / 200 * 1e6;
             }
             printf("| %s | %d x %d | %d | %.1f | %.1f | %.2fx |\n", M[c].model, M[c].heads, M[c].dh, n, us[0], us[1],
                    us[1] / us[0]);

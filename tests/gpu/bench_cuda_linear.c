@@ -6,6 +6,7 @@
  *
  * Needs a CUDA device (exits 77 without one). Run by tests/gpu/check.sh.
  */
+#include "bench_util.h"
 #include "cuda_linear.h"
 #include "quant.h"
 
@@ -16,17 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static uint64_t rng = 88172645463325252ULL;
-static float frand(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
 
 /* Microseconds per call of y = x W^T with n rows (mean of `iters` queued calls). */
 static double time_us(sotto_cuda_wmat *d, const float *dx, float *dy, int n) {
@@ -34,13 +24,13 @@ static double time_us(sotto_cuda_wmat *d, const float *dx, float *dy, int n) {
     int iters = 200;
     for (int i = 0; i < 20; i++) sotto_cuda_linear_async(d, NULL, dx, n, dy, &err);
     sotto_cuda_sync(&err);
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < iters; i++) sotto_cuda_linear_async(d, NULL, dx, n, dy, &err);
     if (sotto_cuda_sync(&err)) {
         fprintf(stderr, "%s\n", err.msg);
         return NAN;
     }
-    return (now() - t0) / iters * 1e6;
+    return (bench_now() - t0) / iters * 1e6;
 }
 
 int main(void) {
@@ -67,8 +57,8 @@ int main(void) {
         int rows = L[l].rows, cols = L[l].cols;
         size_t nw = (size_t)rows * cols;
         float *src = malloc(sizeof(float) * nw), *x = malloc(sizeof(float) * 16 * (size_t)cols);
-        for (size_t i = 0; i < nw; i++) src[i] = frand() * 0.05f;
-        for (size_t i = 0; i < 16 * (size_t)cols; i++) x[i] = frand();
+        for (size_t i = 0; i < nw; i++) src[i] = bench_frand() * 0.05f;
+        for (size_t i = 0; i < 16 * (size_t)cols; i++) x[i] = bench_frand();
         float *dx = sotto_cuda_malloc(sizeof(float) * 16 * (size_t)cols, &err);
         float *dy = sotto_cuda_malloc(sizeof(float) * 16 * (size_t)rows, &err);
         sotto_cuda_copy(dx, x, sizeof(float) * 16 * (size_t)cols, 1, &err);
