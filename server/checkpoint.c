@@ -139,6 +139,42 @@ void srv_checkpoint_written(void *user, const char *id, uint64_t epoch, uint64_t
     srv_session_unref(s, ss);
 }
 
+int srv_checkpoint_detached(void *user, srv_persist_watch *out, int max) {
+    srv *s = user;
+    int n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (srv_session *ss = s->sessions; ss && n < max; ss = ss->next) {
+        pthread_mutex_lock(&ss->lock);
+        if (!ss->wsi && ss->detached_at > 0 && ss->start_json && !ss->superseded) {
+            snprintf(out[n].id, sizeof out[n].id, "%s", ss->id_str);
+            out[n++].epoch = ss->epoch;
+        }
+        pthread_mutex_unlock(&ss->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+void srv_checkpoint_superseded(void *user, const char *id) {
+    srv *s = user;
+    srv_session *ss = srv_session_find(s, id);
+    if (!ss) return;
+    pthread_mutex_lock(&ss->lock);
+    if (!ss->superseded) {
+        if (!ss->wsi) {
+            ss->superseded = 1; /* the next reap drops it */
+            sotto_log(SOTTO_LOG_INFO, ss->id, "%s was restored on another instance: letting go of it here", ss->id_str);
+        } else if (!ss->moved) { /* two clients? this one keeps it, but can no longer checkpoint it */
+            ss->superseded = 1;
+            sotto_log(SOTTO_LOG_WARN, ss->id, "%s was restored on another instance while its connection here is "
+                                              "open: its checkpoints here are refused from now on", ss->id_str);
+        }
+    }
+    pthread_mutex_unlock(&ss->lock);
+    srv_session_unref(s, ss);
+    srv_wake(s);
+}
+
 void srv_checkpoint_reconnected(void *user) {
     srv *s = user;
     atomic_fetch_add(&s->ckpt_gen, 1);
@@ -146,7 +182,7 @@ void srv_checkpoint_reconnected(void *user) {
 }
 
 void srv_checkpoint_maybe_locked(srv *s, srv_session *ss, int force) {
-    if (!s->persist || !ss->start_json) return;
+    if (!s->persist || !ss->start_json || ss->superseded) return; /* superseded: Redis would refuse it */
     uint64_t gen = atomic_load(&s->ckpt_gen);
     if (ss->ckpt_gen_seen != gen) force = 1, ss->ckpt_gen_seen = gen;
     uint64_t units, at, durable;

@@ -240,7 +240,8 @@ int srv_feed_remote_claim(srv *s, srv_session *ss, const char *name) {
 void srv_feed_remote_publish_locked(srv *s, srv_session *ss, const char *json, size_t len, const cJSON *ev,
                                     int is_final, int is_done) {
     remote *r = g_remote;
-    if (!r || !s->persist || !ss->feed[0] || !ss->srv) return; /* proxies do not republish */
+    /* proxies do not republish; a session restored elsewhere no longer speaks for its feed */
+    if (!r || !s->persist || !ss->feed[0] || !ss->srv || ss->superseded) return;
     char ke[160];
     key_of(ke, sizeof ke, ss->feed, "events");
     const char *xa[] = {"XADD", ke, "MAXLEN", "~", STREAM_MAXLEN, "*", "e", json};

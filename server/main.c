@@ -101,7 +101,8 @@ int main(int argc, char **argv) {
     if (s.opt.redis_url[0]) {
         char why[512];
         /* checkpoints outlive a long pause of a live session, and a resume's grace */
-        srv_persist_hooks hooks = {srv_checkpoint_written, srv_checkpoint_reconnected, &s};
+        srv_persist_hooks hooks = {srv_checkpoint_written, srv_checkpoint_reconnected, srv_checkpoint_detached,
+                                   srv_checkpoint_superseded, &s};
         if (!(s.persist = srv_persist_create(s.opt.redis_url, 3600 + s.opt.resume_grace_s, &hooks, why,
                                              sizeof why))) {
             SOTTO_ERROR("%s", why);

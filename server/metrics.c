@@ -114,6 +114,9 @@ char *srv_metrics_render(srv *s, size_t *len) {
             atomic_load(&m->sessions_resumed));
     counter(&o, "sotto_sessions_restored_total", "sessions resumed here from another instance's checkpoint",
             atomic_load(&m->sessions_restored));
+    counter(&o, "sotto_sessions_let_go_total",
+            "sessions held here without a connection and dropped because another instance restored them",
+            atomic_load(&m->sessions_let_go));
     if (s->persist) {
         srv_persist_stats ps;
         srv_persist_get_stats(s->persist, &ps);

@@ -36,6 +36,16 @@ static const char k_put_script[] =
     "else redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3]) end "
     "return 1";
 
+/* The epoch of a stored checkpoint, or -1 when there is none (or it is not one). */
+static const char k_epoch_script[] =
+    "local c = redis.call('GET', KEYS[1]) "
+    "if not c then return -1 end "
+    "local ok, d = pcall(cjson.decode, c) "
+    "if ok and type(d) == 'table' and tonumber(d.epoch) then return tonumber(d.epoch) end "
+    "return -1";
+
+#define WATCH_MAX 64 /* detached sessions checked per idle second */
+
 struct srv_persist {
     char host[256];
     int port;
@@ -201,6 +211,38 @@ static void writer_lost(srv_persist *p, redisContext **c) {
     pthread_mutex_unlock(&p->lock);
 }
 
+static void hook_superseded(srv_persist *p, const char *id) {
+    pthread_mutex_lock(&p->hook_lock);
+    if (p->hooks.superseded) p->hooks.superseded(p->hooks.user, id);
+    pthread_mutex_unlock(&p->hook_lock);
+}
+
+/* Idle work: asks the server which sessions sit detached here, and tells it
+ * about each whose stored checkpoint has a newer epoch (restored on another
+ * instance since), so that it lets go of them now instead of at the end of
+ * their grace period. */
+static void check_detached(srv_persist *p, redisContext **c) {
+    srv_persist_watch w[WATCH_MAX];
+    int n = 0;
+    pthread_mutex_lock(&p->hook_lock);
+    if (p->hooks.detached && p->hooks.superseded) n = p->hooks.detached(p->hooks.user, w, WATCH_MAX);
+    pthread_mutex_unlock(&p->hook_lock);
+    for (int i = 0; i < n && *c; i++) {
+        char key[ID_MAX + sizeof KEY_PREFIX];
+        snprintf(key, sizeof key, KEY_PREFIX "%.47s", w[i].id);
+        const char *argv[] = {"EVAL", k_epoch_script, "1", key};
+        size_t argl[] = {4, sizeof k_epoch_script - 1, 1, strlen(key)};
+        redisReply *r = redisCommandArgv(*c, 4, argv, argl);
+        if (!r) {
+            writer_lost(p, c);
+            break;
+        }
+        if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && (uint64_t)r->integer > w[i].epoch)
+            hook_superseded(p, w[i].id);
+        freeReplyObject(r);
+    }
+}
+
 static void *writer_main(void *arg) {
     srv_persist *p = arg;
     redisContext *c = NULL;
@@ -221,6 +263,7 @@ static void *writer_main(void *arg) {
                 redisReply *r = redisCommand(c, "PING");
                 if (!r) writer_lost(p, &c);
                 freeReplyObject(r);
+                if (c) check_detached(p, &c);
             }
             continue;
         }
@@ -270,6 +313,7 @@ static void *writer_main(void *arg) {
             if (p->hooks.written) p->hooks.written(p->hooks.user, it.id, it.epoch, it.tag);
             pthread_mutex_unlock(&p->hook_lock);
         }
+        if (refused && it.doc) hook_superseded(p, it.id); /* restored elsewhere since */
         free(it.doc); /* NULL when requeued */
         if (ok) {
             backoff = 100;

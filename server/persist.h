@@ -32,14 +32,28 @@ typedef struct srv_persist_stats {
     int queued;             /* documents waiting */
 } srv_persist_stats;
 
+/* A session this instance holds without a connection, and its epoch. */
+typedef struct srv_persist_watch {
+    char id[48];
+    uint64_t epoch;
+} srv_persist_watch;
+
 /* Called on the writer thread, with no lock of the persist held:
  * written: a document was stored (tag: what srv_persist_put was given);
  * reconnected: Redis is reachable again after an outage (it may have lost
  * everything: a restart without persistence), so every live session should
- * queue its checkpoint again. */
+ * queue its checkpoint again;
+ * detached: fills out[] (at most max) with the sessions held here without a
+ * connection; once a second while the writer is idle, it compares each
+ * one's epoch with the stored checkpoint's;
+ * superseded: session id was restored on another instance (a write of it
+ * was refused, or the stored epoch is newer than its own): this instance
+ * should let go of it. */
 typedef struct srv_persist_hooks {
     void (*written)(void *user, const char *id, uint64_t epoch, uint64_t tag);
     void (*reconnected)(void *user);
+    int (*detached)(void *user, srv_persist_watch *out, int max);
+    void (*superseded)(void *user, const char *id);
     void *user;
 } srv_persist_hooks;
 

@@ -120,6 +120,7 @@ typedef struct srv_hist {
 typedef struct srv_metrics {
     _Atomic uint64_t sessions_total, sessions_rejected, sessions_resumed;
     _Atomic uint64_t sessions_restored; /* resumed here from another instance's checkpoint */
+    _Atomic uint64_t sessions_let_go;   /* detached here, restored elsewhere, dropped before their grace ran out */
     _Atomic uint64_t audio_in_samples, audio_final_samples, audio_dropped_samples;
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
     _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
@@ -263,6 +264,7 @@ typedef struct srv_session {
     cJSON *finals;            /* the latest finals (events with their seq), replayed after a restore */
     int ckpt_due;             /* a final was emitted since the last checkpoint */
     int moved;                /* handed over on SIGTERM: its checkpoint is kept for the resume */
+    int superseded;           /* restored on another instance since: let go of it (persist.h) */
     uint64_t durable_written; /* units of the newest checkpoint Redis has: the `durable` of acks */
     uint64_t ckpt_gen_seen;   /* srv->ckpt_gen when it last checkpointed */
     uint64_t ckpt_durable;    /* durable point of the last checkpoint (samples) */
@@ -345,6 +347,11 @@ void srv_checkpoint_maybe_locked(srv *s, srv_session *ss, int force);
 uint64_t srv_durable_units_locked(srv *s, srv_session *ss);
 /* The persist hooks (persist.h): user is the srv. */
 void srv_checkpoint_written(void *user, const char *id, uint64_t epoch, uint64_t units);
+struct srv_persist_watch;
+/* persist.h's detached and superseded hooks: the sessions held here without a
+ * connection, and one of them restored on another instance (let go of it). */
+int srv_checkpoint_detached(void *user, struct srv_persist_watch *out, int max);
+void srv_checkpoint_superseded(void *user, const char *id);
 void srv_checkpoint_reconnected(void *user);
 /* The session ended for good: its checkpoint is deleted. */
 void srv_checkpoint_forget(srv *s, srv_session *ss);

@@ -128,16 +128,18 @@ static srv_session *oldest_detached_locked(srv *s) {
 void srv_sessions_reap(srv *s) {
     double now = srv_now();
     srv_session *dead[64];
-    int n = 0, evicted = 0;
+    int n = 0, evicted = 0, let_go = 0;
     pthread_mutex_lock(&s->lock);
     int detached = 0;
     for (srv_session *ss = s->sessions, *next; ss && n < 64; ss = next) {
         next = ss->next;
         int expired = !ss->wsi && ss->detached_at > 0 &&
                       (now - ss->detached_at > s->opt.resume_grace_s ||
-                       (ss->state == SESS_DONE && !ss->feed[0]) || ss->state == SESS_NEW);
-        /* (a finished feed stays for the grace period: its captions can still be fetched) */
+                       (ss->state == SESS_DONE && !ss->feed[0]) || ss->state == SESS_NEW || ss->superseded);
+        /* (a finished feed stays for the grace period: its captions can still be fetched;
+           a session restored on another instance goes at once: that one holds it now) */
         if (expired) {
+            let_go += ss->superseded;
             if (unlink_locked(s, ss)) dead[n++] = ss;
         } else {
             detached += detached_locked(ss);
@@ -150,6 +152,7 @@ void srv_sessions_reap(srv *s) {
         if (unlink_locked(s, ss)) dead[n++] = ss;
     }
     pthread_mutex_unlock(&s->lock);
+    if (let_go) atomic_fetch_add(&s->m.sessions_let_go, (uint64_t)let_go);
     if (evicted) {
         atomic_fetch_add(&s->m.sessions_evicted, (uint64_t)evicted);
         SOTTO_INFO("%d detached session(s) dropped: more than --max-detached %d", evicted,

@@ -673,6 +673,9 @@ def section_resume(fl, ck, audios, clips):
             with contextlib.suppress(Exception):
                 await ws4.close()
                 await asyncio.wait_for(rx4, 5)
+        # until then i1 keeps the detached session (it checks once a second whether another
+        # instance restored it, and none has)
+        out["let_go_before"] = i1.log_lines(sid, "letting go")
         # the right token on the other instance: restored there; then finished
         ws3, r3, rx3 = await sc.connect(i2.ws_url)
         await ws3.send(json.dumps({"type": "resume", "session": sid, "token": tok, "last_seq": 0}))
@@ -707,6 +710,17 @@ def section_resume(fl, ck, audios, clips):
           f"{str(out['stored'])[:300]}")
     time.sleep(1.0)
     ck.ok("resume: a finished session's checkpoint is deleted", fl.redis.get(f"sotto:session:{out['sid']}") is None)
+    # the instance that held it lets go of it once another has restored it, not at the end of
+    # --resume-grace-s (30 s here)
+    t0 = time.monotonic()
+    while not i1.log_lines(out["sid"], "letting go") and time.monotonic() - t0 < 5:
+        time.sleep(0.2)
+    lines = i1.log_lines(out["sid"], "letting go")
+    ck.ok("resume: the instance that held the session kept it while nobody had restored it",
+          not out["let_go_before"], f"{out['let_go_before']}")
+    ck.ok("resume: ... and let go of it once another instance restored it (log, sotto_sessions_let_go_total)",
+          len(lines) == 1 and i1.metrics().get("sotto_sessions_let_go_total", 0) >= 1,
+          f"{lines}; {[l for l in i1.log().splitlines() if out['sid'] in l][-5:]}")
 
 
 def section_feeds(fl, ck, clip, audio, n_viewers=100):
