@@ -950,7 +950,9 @@ def section_full(args, tmp, ck, audio):
             held, evs = [], []
             for k in range(3):  # one slot per instance: the third finds both full
                 ws, res, rx = await sc.connect(hap.ws_url)
-                await ws.send(json.dumps({"type": "start", **audio.start_fields()}))
+                # a full instance may refuse (overloaded, then close) before the start is sent
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    await ws.send(json.dumps({"type": "start", **audio.start_fields()}))
                 evs.append(await sc.wait_for(res, lambda e: e.get("type") in ("ready", "error"), 60))
                 held.append((ws, rx))
                 await asyncio.sleep(0.3)
