@@ -47,6 +47,12 @@ typedef struct slot_builder {
     int n;
 } slot_builder;
 
+/* The format the policy gives a slot's matrix (float32 for dense ones). */
+static sotto_wfmt slot_fmt(const sotto_model *m, const sotto_slot *s) {
+    return s->policy_part >= 0 ? sotto_policy_fmt(&m->policy, s->policy_part, s->policy_layer)
+                               : SOTTO_WFMT_F32;
+}
+
 static void add_slot(slot_builder *sb, const char *name, int64_t rows, int64_t cols, int required,
                      sotto_part part, const float **vec, sotto_wmat *mat) {
     sotto_slot *s = &sb->m->slots[sb->n++];
@@ -58,7 +64,8 @@ static void add_slot(slot_builder *sb, const char *name, int64_t rows, int64_t c
     s->vec = vec;
     s->mat = mat;
     s->is_matrix = mat != NULL;
-    s->policy_part = mat ? sotto_policy_part_of(name) : -1;
+    s->policy_layer = -1;
+    s->policy_part = mat ? sotto_policy_part_of(name, &s->policy_layer) : -1;
 }
 
 static void add_ln(slot_builder *sb, const char *prefix, int64_t d, sotto_part part,
@@ -86,7 +93,18 @@ sotto_wfmt sotto_model_asked_weights(const sotto_model *m) {
 int sotto_model_choose_policy(sotto_model *m, sotto_err *err) {
     int rc = sotto_policy_resolve(&m->policy, sotto_model_asked_weights(m), m->hp.n_audio_state,
                                   m->params.policy, err);
-    if (rc || !m->calib) return rc;
+    if (rc) return rc;
+    const int have[2] = {m->hp.n_audio_layer, m->hp.n_text_layer};
+    for (int side = 0; side < 2; side++) {
+        int top = sotto_policy_max_layer(&m->policy, side);
+        if (top >= have[side])
+            return sotto_err_set(err, SOTTO_E_INVALID,
+                                 "policy names %s layer %d, but this model's %s has %d layers "
+                                 "(0 to %d)",
+                                 side ? "decoder" : "encoder", top, side ? "decoder" : "encoder",
+                                 have[side], have[side] - 1);
+    }
+    if (!m->calib) return rc;
     char want[128];
     sotto_calib_model_string(m, want, sizeof want);
     if (strcmp(want, sotto_calib_model(m->calib)) != 0)
@@ -272,7 +290,7 @@ static int in_map(const sotto_model *m, const void *p, size_t bytes) {
  * big tensor is ever held. */
 static int store_matrix(sotto_model *m, sotto_slot *s, const sotto_src_tensor *src, int64_t row0,
                         sotto_err *err) {
-    sotto_wfmt f = s->policy_part >= 0 ? m->policy.fmt[s->policy_part] : SOTTO_WFMT_F32;
+    sotto_wfmt f = slot_fmt(m, s);
     const int64_t rows = s->rows, cols = s->cols;
     int block = sotto_wfmt_block(f);
     if (block > 1 && cols % block)
@@ -458,15 +476,15 @@ int sotto_model_put_quantized(sotto_model *m, const char *name, const sotto_wmat
     if (s->policy_part < 0)
         return sotto_err_set(err, SOTTO_E_FORMAT, "%s: %s must be dense, it is %s", file, name,
                              sotto_wfmt_name(w->fmt));
-    if (m->policy.fmt[s->policy_part] != w->fmt) {
+    if (slot_fmt(m, s) != w->fmt) {
         if (asked || m->from_snapshot)
             return sotto_err_set(err, SOTTO_E_FORMAT,
                                  "%s: %s is stored as %s, but %s was %s for %s", file, name,
-                                 sotto_wfmt_name(w->fmt),
-                                 sotto_wfmt_name(m->policy.fmt[s->policy_part]),
+                                 sotto_wfmt_name(w->fmt), sotto_wfmt_name(slot_fmt(m, s)),
                                  m->from_snapshot ? "recorded in the recipe" : "asked",
                                  sotto_policy_part_name(s->policy_part));
-        m->policy.fmt[s->policy_part] = w->fmt;
+        /* (per layer: a checkpoint may hold its layers in different formats) */
+        sotto_policy_set(&m->policy, s->policy_part, s->policy_layer, w->fmt);
     }
     int block = sotto_wfmt_block(w->fmt);
     if (block > 1 && w->cols % block)
@@ -617,7 +635,7 @@ static int check_formats(const sotto_model *m, sotto_err *err) {
     for (int i = 0; i < m->n_slots; i++) {
         const sotto_slot *s = &m->slots[i];
         if (!s->is_matrix || !s->filled) continue;
-        sotto_wfmt want = s->policy_part >= 0 ? m->policy.fmt[s->policy_part] : SOTTO_WFMT_F32;
+        sotto_wfmt want = slot_fmt(m, s);
         if (s->mat->fmt != want)
             return sotto_err_set(err, SOTTO_E_FORMAT,
                                  "%s: %s holds %s weights but %s was asked for (%s)", m->dir,
@@ -773,6 +791,8 @@ sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params,
     m->format_name = fmt == SOTTO_MODEL_FORMAT_CT2 ? "ct2" : "hf";
     sotto_calib_free(m->calib);
     m->calib = NULL;
+    /* a checkpoint that set its layers' formats one by one, all alike, reads as one part */
+    sotto_policy_compact(&m->policy, m->hp.n_audio_layer, m->hp.n_text_layer);
     if (check_formats(m, err)) goto fail;
     if (resolve_special(m, err)) goto fail;
     if (sotto_tokenizer_n_vocab(m->tok) > m->hp.n_vocab + 1)

@@ -86,6 +86,7 @@ typedef struct sotto_slot {
     int filled;
     sotto_part part;    /* memory accounting */
     int policy_part;    /* sotto_policy_part, or -1: always float32 */
+    int policy_layer;   /* its layer, -1 for the embedding */
     const float **vec;  /* destination for plain float tensors */
     sotto_wmat *mat;    /* destination for linear weights */
 } sotto_slot;

@@ -52,8 +52,8 @@ int sotto_snapshot_read_recipe(sotto_model *m, const char *dir, cJSON **recipe, 
     }
     /* the caller's request, if any, must be what the snapshot holds */
     int asked = sotto_model_formats_asked(m);
-    if (asked && memcmp(&p, &m->policy, sizeof p) != 0) {
-        char have[256], want[256];
+    if (asked && !sotto_policy_equal(&p, &m->policy)) {
+        char have[512], want[512];
         sotto_policy_format(&p, have, sizeof have);
         sotto_policy_format(&m->policy, want, sizeof want);
         cJSON_Delete(r);

@@ -100,7 +100,7 @@ typedef struct srv_model {
     int refs;               /* sessions using it (srv->lock) */
     double last_used;       /* monotonic seconds */
     size_t bytes;
-    char policy[256];
+    char policy[512];
     /* worker thread only: per-pass decoder states and suppression lists */
     sotto_state **states;
     int n_states;

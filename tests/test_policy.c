@@ -36,7 +36,7 @@ static void test_defaults_and_overrides(void) {
                    "decoder.mlp=q8,embed=nf4");
     /* the printed form parses back to the same policy */
     sotto_policy r = sotto_policy_uniform(SOTTO_WFMT_F32);
-    CHECK(sotto_policy_apply(&r, buf, &err) == 0 && memcmp(&r, &p, sizeof r) == 0);
+    CHECK(sotto_policy_apply(&r, buf, &err) == 0 && sotto_policy_equal(&r, &p));
 
     const char *bad[] = {"encoder", "encoder=", "encoder=int3", "tail=nf4", "=nf4", "encoder=nf4,,"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -46,17 +46,76 @@ static void test_defaults_and_overrides(void) {
     }
 }
 
+/* Per-layer keys: precedence over part keys, part keys clearing a preset's
+ * layers, the printed form, compaction, errors. */
+static void test_layers(void) {
+    sotto_err err;
+    sotto_policy p = sotto_policy_uniform(SOTTO_WFMT_NF4);
+    CHECK(sotto_policy_apply(&p, "decoder.1.cross=q8,encoder.0=bf16,encoder.0.mlp=f32,"
+                                 "decoder.cross=nvfp4,decoder.3=q8", &err) == 0);
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_ENC_ATTN, 0) == SOTTO_WFMT_BF16);
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_ENC_MLP, 0) == SOTTO_WFMT_F32); /* N.part beats N */
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_ENC_ATTN, 1) == SOTTO_WFMT_NF4);
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_DEC_CROSS, 1) == SOTTO_WFMT_Q8); /* layer beats part */
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_DEC_CROSS, 0) == SOTTO_WFMT_NVFP4);
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_DEC_CROSS, 3) == SOTTO_WFMT_Q8);
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_DEC_MLP, 3) == SOTTO_WFMT_Q8);
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_DEC_MLP, 2) == SOTTO_WFMT_NF4);
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_DEC_MLP, -1) == SOTTO_WFMT_NF4);
+    CHECK(sotto_policy_max_layer(&p, 0) == 0 && sotto_policy_max_layer(&p, 1) == 3);
+    char buf[512];
+    sotto_policy_format(&p, buf, sizeof buf);
+    CHECK_STR(buf, "encoder.attn=nf4,encoder.mlp=nf4,decoder.attn=nf4,decoder.cross=nvfp4,"
+                   "decoder.mlp=nf4,embed=q8,encoder.0.attn=bf16,encoder.0.mlp=f32,"
+                   "decoder.3.attn=q8,decoder.1.cross=q8,decoder.3.cross=q8,decoder.3.mlp=q8");
+    sotto_policy r = sotto_policy_uniform(SOTTO_WFMT_F32);
+    CHECK(sotto_policy_apply(&r, buf, &err) == 0 && sotto_policy_equal(&r, &p));
+    CHECK(memcmp(&r, &p, sizeof r) == 0); /* one stored form per policy */
+    r.layer_fmt[SOTTO_POLICY_ENC_ATTN][2] = SOTTO_WFMT_Q8 + 1;
+    CHECK(!sotto_policy_equal(&r, &p));
+    /* a part-wide override clears the layers a preset gave that part */
+    CHECK(sotto_policy_apply(&p, "decoder.cross=nf4", &err) == 0);
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_DEC_CROSS, 1) == SOTTO_WFMT_NF4);
+    CHECK(sotto_policy_fmt(&p, SOTTO_POLICY_DEC_MLP, 3) == SOTTO_WFMT_Q8);
+    /* ...and "all" clears every layer entry */
+    CHECK(sotto_policy_apply(&p, "all=q8", &err) == 0 && sotto_policy_max_layer(&p, 0) == -1 &&
+          sotto_policy_max_layer(&p, 1) == -1 && !sotto_policy_has_4bit(&p));
+    /* one 4-bit layer is a 4-bit policy */
+    CHECK(sotto_policy_apply(&p, "encoder.2.mlp=nvfp4", &err) == 0 && sotto_policy_has_4bit(&p));
+    /* compaction: every layer alike reads as the part */
+    p = sotto_policy_uniform(SOTTO_WFMT_NF4);
+    CHECK(sotto_policy_apply(&p, "decoder.0.mlp=q8,decoder.1.mlp=q8,encoder.1.attn=q8", &err) == 0);
+    sotto_policy c = p;
+    sotto_policy_compact(&c, 4, 2);
+    CHECK(sotto_policy_fmt(&c, SOTTO_POLICY_ENC_ATTN, 1) == SOTTO_WFMT_Q8 &&
+          sotto_policy_fmt(&c, SOTTO_POLICY_ENC_ATTN, 0) == SOTTO_WFMT_NF4 &&
+          c.fmt[SOTTO_POLICY_DEC_MLP] == SOTTO_WFMT_Q8 &&
+          sotto_policy_max_layer(&c, 1) == -1 && sotto_policy_max_layer(&c, 0) == 1);
+    const char *bad[] = {"encoder.x=q8", "encoder.=q8", "encoder.1.=q8", "encoder.1.cross=q8",
+                         "decoder.2.fc1=q8", "encoder.64=q8", "encoder.01=q8", "decoder.1x=q8",
+                         "embed.0=q8", "encoder.999999999999=q8", "encoder-1=q8"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sotto_policy q = sotto_policy_uniform(SOTTO_WFMT_F32);
+        int rc = sotto_policy_apply(&q, bad[i], &err);
+        CHECK_MSG(rc == SOTTO_E_INVALID && err.msg[0], "'%s' accepted", bad[i]);
+    }
+    CHECK(sotto_policy_apply(&p, "encoder.63=q8", &err) == 0);
+}
+
 static void test_parts(void) {
-    CHECK_EQ_INT(sotto_policy_part_of("enc.3.q.w"), SOTTO_POLICY_ENC_ATTN);
-    CHECK_EQ_INT(sotto_policy_part_of("enc.0.fc2.w"), SOTTO_POLICY_ENC_MLP);
-    CHECK_EQ_INT(sotto_policy_part_of("dec.1.o.w"), SOTTO_POLICY_DEC_ATTN);
-    CHECK_EQ_INT(sotto_policy_part_of("dec.1.ck.w"), SOTTO_POLICY_DEC_CROSS);
-    CHECK_EQ_INT(sotto_policy_part_of("dec.12.fc1.w"), SOTTO_POLICY_DEC_MLP);
-    CHECK_EQ_INT(sotto_policy_part_of("dec.emb"), SOTTO_POLICY_EMBED);
+    int layer = 7;
+    CHECK(sotto_policy_part_of("dec.12.fc1.w", &layer) == SOTTO_POLICY_DEC_MLP && layer == 12);
+    CHECK(sotto_policy_part_of("dec.emb", &layer) == SOTTO_POLICY_EMBED && layer == -1);
+    CHECK_EQ_INT(sotto_policy_part_of("enc.3.q.w", NULL), SOTTO_POLICY_ENC_ATTN);
+    CHECK_EQ_INT(sotto_policy_part_of("enc.0.fc2.w", NULL), SOTTO_POLICY_ENC_MLP);
+    CHECK_EQ_INT(sotto_policy_part_of("dec.1.o.w", NULL), SOTTO_POLICY_DEC_ATTN);
+    CHECK_EQ_INT(sotto_policy_part_of("dec.1.ck.w", NULL), SOTTO_POLICY_DEC_CROSS);
+    CHECK_EQ_INT(sotto_policy_part_of("dec.12.fc1.w", NULL), SOTTO_POLICY_DEC_MLP);
+    CHECK_EQ_INT(sotto_policy_part_of("dec.emb", NULL), SOTTO_POLICY_EMBED);
     const char *dense[] = {"enc.conv1.w", "enc.pos", "dec.pos", "enc.0.q.b", "dec.0.attn_ln.g",
                            "enc.ln.g", "enc.0.cq.w", "dec.0.fc1.wx"};
     for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
-        CHECK_MSG(sotto_policy_part_of(dense[i]) == -1, "%s is not dense", dense[i]);
+        CHECK_MSG(sotto_policy_part_of(dense[i], NULL) == -1, "%s is not dense", dense[i]);
 }
 
 static void test_presets(void) {
@@ -149,12 +208,40 @@ static void test_loads(const char *dir) {
         CHECK_MSG(m != NULL, "%s: %s", sotto_wfmt_name(fmt), err.msg);
         if (!m) continue;
         sotto_policy want = sotto_policy_default_for(fmt, m->hp.n_audio_state);
-        CHECK(memcmp(&m->policy, &want, sizeof want) == 0);
-        CHECK(m->enc[0].q.w.fmt == want.fmt[SOTTO_POLICY_ENC_ATTN] &&
-              m->enc[2].fc1.w.fmt == want.fmt[SOTTO_POLICY_ENC_MLP] &&
-              m->dec[1].v.w.fmt == want.fmt[SOTTO_POLICY_DEC_ATTN] &&
-              m->dec[3].cv.w.fmt == want.fmt[SOTTO_POLICY_DEC_CROSS] &&
-              m->dec[0].fc2.w.fmt == want.fmt[SOTTO_POLICY_DEC_MLP] && m->emb.fmt == SOTTO_WFMT_Q8);
+        CHECK(sotto_policy_equal(&m->policy, &want));
+        int ok = m->emb.fmt == SOTTO_WFMT_Q8;
+        for (int l = 0; l < m->hp.n_audio_layer; l++)
+            ok &= m->enc[l].q.w.fmt == sotto_policy_fmt(&want, SOTTO_POLICY_ENC_ATTN, l) &&
+                  m->enc[l].fc1.w.fmt == sotto_policy_fmt(&want, SOTTO_POLICY_ENC_MLP, l);
+        for (int l = 0; l < m->hp.n_text_layer; l++)
+            ok &= m->dec[l].v.w.fmt == sotto_policy_fmt(&want, SOTTO_POLICY_DEC_ATTN, l) &&
+                  m->dec[l].cv.w.fmt == sotto_policy_fmt(&want, SOTTO_POLICY_DEC_CROSS, l) &&
+                  m->dec[l].fc2.w.fmt == sotto_policy_fmt(&want, SOTTO_POLICY_DEC_MLP, l);
+        CHECK_MSG(ok, "%s default: a layer holds another format than the preset's",
+                  sotto_wfmt_name(fmt));
+        sotto_model_free(m);
+    }
+    /* per-layer formats reach the layers they name, and only those */
+    {
+        sotto_model *m = load(dir, SOTTO_WFMT_NF4, "uniform,decoder.1.cross=q8,encoder.3=bf16", 0,
+                              &err);
+        CHECK_MSG(m != NULL, "%s", err.msg);
+        if (m) {
+            CHECK(m->dec[1].ck.w.fmt == SOTTO_WFMT_Q8 && m->dec[1].co.w.fmt == SOTTO_WFMT_Q8 &&
+                  m->dec[0].ck.w.fmt == SOTTO_WFMT_NF4 && m->dec[1].k.w.fmt == SOTTO_WFMT_NF4);
+            CHECK(m->enc[3].q.w.fmt == SOTTO_WFMT_BF16 && m->enc[3].fc2.w.fmt == SOTTO_WFMT_BF16 &&
+                  m->enc[2].q.w.fmt == SOTTO_WFMT_NF4);
+            char buf[512];
+            sotto_model_policy_string(m, buf, sizeof buf);
+            CHECK_MSG(strstr(buf, "decoder.1.cross=q8") && strstr(buf, "encoder.3.attn=bf16"),
+                      "%s", buf);
+            sotto_model_free(m);
+        }
+        /* tiny.en has 4 decoder layers: naming a fifth is refused, with the count */
+        m = load(dir, SOTTO_WFMT_NF4, "decoder.4.mlp=q8", 0, &err);
+        CHECK_MSG(m == NULL && err.code == SOTTO_E_INVALID && strstr(err.msg, "decoder layer 4") &&
+                      strstr(err.msg, "4 layers"),
+                  "%s", m ? "loaded" : err.msg);
         sotto_model_free(m);
     }
     /* mixed policy + double quantization */
@@ -173,6 +260,7 @@ static void test_loads(const char *dir) {
 
 int main(void) {
     test_defaults_and_overrides();
+    test_layers();
     test_parts();
     test_presets();
     const char *src = getenv("SOTTO_SOURCE_DIR");
