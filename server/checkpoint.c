@@ -145,7 +145,7 @@ int srv_checkpoint_detached(void *user, srv_persist_watch *out, int max) {
     pthread_mutex_lock(&s->lock);
     for (srv_session *ss = s->sessions; ss && n < max; ss = ss->next) {
         pthread_mutex_lock(&ss->lock);
-        if (!ss->wsi && ss->detached_at > 0 && ss->start_json && !ss->superseded) {
+        if (srv_session_detached_locked(ss) && ss->start_json && !ss->superseded) {
             snprintf(out[n].id, sizeof out[n].id, "%s", ss->id_str);
             out[n++].epoch = ss->epoch;
         }

@@ -313,6 +313,10 @@ srv_session *srv_session_new(srv *s);
 void srv_session_ref(srv *s, srv_session *ss);
 void srv_session_unref(srv *s, srv_session *ss);
 srv_session *srv_session_find(srv *s, const char *id_str);
+/* 1 for a session without a connection that is kept: awaiting resume, or a
+ * finished feed whose captions can still be fetched (never one whose start
+ * was not processed). srv->lock held. */
+int srv_session_detached_locked(const srv_session *ss);
 /* Queues an event (takes ownership of ev; adds "seq") and wakes the
  * service thread. Callable from any thread; locks the session itself. */
 void srv_session_emit(srv *s, srv_session *ss, cJSON *ev);

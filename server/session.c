@@ -111,9 +111,7 @@ srv_session *srv_session_find(srv *s, const char *id_str) {
     return found;
 }
 
-/* A session without a connection that is kept: awaiting resume, or a
- * finished feed whose captions can still be fetched. srv->lock held. */
-static int detached_locked(const srv_session *ss) {
+int srv_session_detached_locked(const srv_session *ss) {
     return !ss->wsi && ss->detached_at > 0 && ss->state != SESS_NEW;
 }
 
@@ -121,7 +119,7 @@ static int detached_locked(const srv_session *ss) {
 static srv_session *oldest_detached_locked(srv *s) {
     srv_session *oldest = NULL;
     for (srv_session *ss = s->sessions; ss; ss = ss->next)
-        if (detached_locked(ss) && (!oldest || ss->detached_at < oldest->detached_at)) oldest = ss;
+        if (srv_session_detached_locked(ss) && (!oldest || ss->detached_at < oldest->detached_at)) oldest = ss;
     return oldest;
 }
 
@@ -142,7 +140,7 @@ void srv_sessions_reap(srv *s) {
             let_go += ss->superseded;
             if (unlink_locked(s, ss)) dead[n++] = ss;
         } else {
-            detached += detached_locked(ss);
+            detached += srv_session_detached_locked(ss);
         }
     }
     /* --max-detached: the oldest go first, so that churn cannot pile them up */
