@@ -58,9 +58,10 @@ from refcommon import (DEFAULT_MANIFEST, corpus_wer, edit_distance, is_loop, loa
 MB = 1e6
 WER_TOLERANCE_PP = 1.5
 LINEAR_PARTS = ("encoder.attn", "encoder.mlp", "decoder.attn", "decoder.cross", "decoder.mlp")
-# The parts that the default preset of a 4-bit format keeps at q8, by model
-# encoder width (engine/policy.c's table, restated so that a change to either
-# is deliberate; docs/PERF.md has the measurement behind it).
+# The parts (or layers: "encoder.2") that the default preset of a 4-bit format
+# keeps at q8, by model encoder width (engine/policy.c's table, restated so
+# that a change to either is deliberate; docs/PERF.md has the measurement
+# behind it).
 DEFAULT_Q8 = {("nf4", 384): ("decoder.cross",), ("nvfp4", 384): ("encoder.mlp",)}
 
 # Fixed subset for CI: short and long, read and spontaneous, several speakers
@@ -154,12 +155,47 @@ def transcribe(args, model, files, weights=None, policy=None, cwd=None, fallback
     return out, p
 
 
+def apply_policy(pol, items):
+    """Applies part=format items to pol (engine/policy.h's rules, restated):
+    all < encoder/decoder < a part < encoder.N/decoder.N < encoder.N.part,
+    whatever their order; a key of rank 2 or less clears the per-layer entries
+    of the parts it sets. Per-layer entries are keyed "encoder.N.attn"."""
+    sides = {"encoder": LINEAR_PARTS[:2], "decoder": LINEAR_PARTS[2:]}
+    items = [kv.split("=", 1) for kv in items if "=" in kv]
+
+    def parse(k):
+        if k == "all":
+            return 0, LINEAR_PARTS, None
+        if k in sides:
+            return 1, sides[k], None
+        bits = k.split(".")
+        if len(bits) >= 2 and bits[0] in sides and bits[1].isdigit():
+            parts = sides[bits[0]] if len(bits) == 2 else (bits[0] + "." + bits[2],)
+            return (3 if len(bits) == 2 else 4), parts, int(bits[1])
+        return 2, (k,), None
+    for rank in range(5):
+        for k, v in items:
+            r, parts, layer = parse(k)
+            if r != rank:
+                continue
+            for part in parts:
+                if layer is None:
+                    pol[part] = v
+                    for key in [key for key in pol if key.count(".") == 2
+                                and key.split(".")[0] + "." + key.split(".")[2] == part]:
+                        del pol[key]
+                else:
+                    side, name = part.split(".")
+                    pol[f"{side}.{layer}.{name}"] = v
+
+
 def expected_policy(weights, overrides, width):
     """What sotto's policy rules (engine/policy.h) give for --weights/--policy on
     a model of this encoder width: the preset ("default" unless the policy
     starts with "uniform"): every part in `weights`, the embedding q8 under a
-    4-bit format, and for the default the parts of DEFAULT_Q8 at q8; then the
-    overrides, more specific keys winning."""
+    4-bit format, and for the default DEFAULT_Q8's keys at q8; then the
+    overrides. Per-layer entries equal to their part's format are dropped, as
+    sotto prints only those that differ."""
     items = [kv for kv in (overrides or "").split(",") if kv]
     uniform = bool(items) and items[0] == "uniform"
     if items and items[0] in ("uniform", "default"):
@@ -167,17 +203,12 @@ def expected_policy(weights, overrides, width):
     pol = {k: weights for k in LINEAR_PARTS}
     pol["embed"] = "q8" if weights in ("nf4", "nvfp4") else weights
     if not uniform:
-        for part in DEFAULT_Q8.get((weights, width), ()):
-            pol[part] = "q8"
-    keys = {"all": (0, LINEAR_PARTS), "encoder": (1, LINEAR_PARTS[:2]),
-            "decoder": (1, LINEAR_PARTS[2:])}
-    items = [kv.split("=", 1) for kv in items if "=" in kv]
-    for rank in (0, 1, 2):
-        for k, v in items:
-            r, parts = keys.get(k, (2, (k,)))
-            if r == rank:
-                for part in parts:
-                    pol[part] = v
+        apply_policy(pol, [f"{k}=q8" for k in DEFAULT_Q8.get((weights, width), ())])
+    apply_policy(pol, items)
+    for key in [key for key in pol if key.count(".") == 2]:
+        side, _, name = key.split(".")
+        if pol[key] == pol[f"{side}.{name}"]:
+            del pol[key]
     return pol
 
 
@@ -244,8 +275,20 @@ def check_loud_and_memory(args):
             check(r < limit, f"--weights {w}: {part} part {j['part_bytes'][part] / MB:.2f} MB is "
                              f"{100 * r:.1f}% of f32's (< {100 * limit:.0f}%)")
         check(j["snapshot"] is False, f"--weights {w} on the original checkpoint: snapshot false")
+    # per-layer formats: the policy sotto reports and the bytes they cost
+    ju, _ = info(args, args.model, "nf4", "uniform")
+    for pol in ("uniform,encoder.1=q8", "uniform,decoder.0.cross=q8,decoder.0=bf16"):
+        jl, pl = info(args, args.model, "nf4", pol)
+        if check(jl is not None and ju is not None, f"sotto info --weights nf4 --policy {pol} loads"):
+            want = expected_policy("nf4", pol, jl["hparams"]["n_audio_state"])
+            check(policy_dict(jl["policy"]) == want, f"--policy {pol}: reported as {jl['policy']}")
+            check(jl["weight_bytes"] > ju["weight_bytes"],
+                  f"--policy {pol}: {jl['weight_bytes'] / MB:.2f} MB, more than uniform's "
+                  f"{ju['weight_bytes'] / MB:.2f} MB")
+    n_dec = f32["hparams"]["n_text_layer"] if f32 else 4
     for bad in (["--weights", "nf5"], ["--policy", "encoder=nf5"], ["--policy", "bogus=nf4"],
-                ["--policy", "encoder"]):
+                ["--policy", "encoder"], ["--weights", "nf4", "--policy", f"decoder.{n_dec}=q8"],
+                ["--policy", "encoder.1.cross=q8"]):
         p = sotto(args, "info", "--model", args.model, *bad)
         check(p.returncode != 0 and not crashed(p.returncode) and p.stderr.strip() != "",
               f"sotto info {' '.join(bad)} is refused (exit {p.returncode}: "
