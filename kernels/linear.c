@@ -3,8 +3,8 @@
  * Two regimes:
  *  - n <= SOTTO_SKINNY_MAX_N (32) rows of x (decoder steps, short prompts):
  *    a fused kernel per format streams each weight row once, dequantizing it
- *    in registers, and dots it with every row of x (linear_{q8,nf4,nvfp4}.c;
- *    F32 below, up to 16 rows).
+ *    in registers, and dots it with every row of x, 4 weight rows by up to 4
+ *    rows of x per tile (linear_{q8,nf4,nvfp4}.c; F32 below).
  *  - more rows (encoder, prompts): the weights are dequantized a block of
  *    rows at a time into a bounded scratch buffer and multiplied with sgemm.
  * SOTTO_LINEAR_REF=1 in the environment routes everything to the scalar
@@ -46,48 +46,18 @@ static void add_bias(float *y, const float *bias, int n, int rows) {
 
 /* ---- f32 ------------------------------------------------------------------------ */
 
-/* Dot products of 4 weight rows with one x row: 4 independent accumulators
- * share each load of x. */
-static inline void dot4(const float *w0, const float *w1, const float *w2, const float *w3,
-                        const float *x, int cols, float out[4]) {
-    sotto_v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    int c = 0;
-    for (; c + 16 <= cols; c += 16) {
-        sotto_v16f xv = sotto_load16(x + c);
-        a0 += sotto_load16(w0 + c) * xv;
-        a1 += sotto_load16(w1 + c) * xv;
-        a2 += sotto_load16(w2 + c) * xv;
-        a3 += sotto_load16(w3 + c) * xv;
-    }
-    float s0 = sotto__hsum16_tree(a0), s1 = sotto__hsum16_tree(a1), s2 = sotto__hsum16_tree(a2),
-          s3 = sotto__hsum16_tree(a3);
-    for (; c < cols; c++) {
-        s0 += w0[c] * x[c];
-        s1 += w1[c] * x[c];
-        s2 += w2[c] * x[c];
-        s3 += w3[c] * x[c];
-    }
-    out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
+/* Chunk c (32 columns) of weight row `row` as two vectors. The shared tile
+ * (linear_internal.h) dots each 4 weight rows with up to 4 rows of x at a
+ * time, so a beam's rows reuse every weight load from registers. */
+static inline __attribute__((always_inline)) void decode_f32(const sotto_wmat *w, size_t row,
+                                                             int c, sotto_v16f *wv) {
+    const float *p = (const float *)w->data + row * (size_t)w->cols + (size_t)c * 32;
+    wv[0] = sotto_load16(p);
+    wv[1] = sotto_load16(p + 16);
 }
 
-/* y[r][j] (=|+=) W[j] . x[r] for few rows r: each weight row is read once
- * from memory and used for all rows of x while it is in L1. */
-static void linear_f32_skinny(const float *W, int rows, int cols, const float *x, int n, float *y,
-                              int accumulate) {
-    const int big = (size_t)rows * cols >= 65536;
-#pragma omp parallel for schedule(static) if (big)
-    for (int j0 = 0; j0 < rows; j0 += 4) {
-        int jn = rows - j0 < 4 ? rows - j0 : 4;
-        const float *w[4];
-        for (int k = 0; k < 4; k++) w[k] = W + (size_t)(j0 + (k < jn ? k : 0)) * cols;
-        for (int r = 0; r < n; r++) {
-            float v[4];
-            dot4(w[0], w[1], w[2], w[3], x + (size_t)r * cols, cols, v);
-            float *yr = y + (size_t)r * rows + j0;
-            for (int k = 0; k < jn; k++) yr[k] = accumulate ? yr[k] + v[k] : v[k];
-        }
-    }
-}
+SOTTO__SKINNY_TILE(tile_f32, decode_f32, 2)
+static SOTTO__SKINNY_DRIVER(linear_f32_skinny, tile_f32, 0, sotto__permute_x)
 
 /* ---- many rows of x: dequantize blocks of W, sgemm ------------------------------ */
 
@@ -155,7 +125,7 @@ static void linear_any(const sotto_wmat *w, const float *bias, const float *x, i
     } else {
         switch (w->fmt) {
         case SOTTO_WFMT_F32:
-            linear_f32_skinny((const float *)w->data, w->rows, w->cols, x, n, y, accumulate);
+            linear_f32_skinny(w, x, n, y, accumulate);
             break;
         case SOTTO_WFMT_BF16: sotto__skinny_bf16(w, x, n, y, accumulate); break;
         case SOTTO_WFMT_Q8: sotto__skinny_q8(w, x, n, y, accumulate); break;

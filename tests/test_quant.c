@@ -840,14 +840,14 @@ static void test_kernels(void) {
             }
             free(src);
         }
-        /* shapes with a tail past the last 32-column chunk: bf16 and nvfp4 */
+        /* shapes with a tail past the last 32-column chunk: f32, bf16 and nvfp4 */
         const int tails[][2] = {{3, 16}, {5, 48}, {9, 80}, {4, 7}, {6, 33}};
         for (size_t t = 0; t < 5; t++) {
             int rows = tails[t][0], cols = tails[t][1];
             float *src = malloc(sizeof(float) * (size_t)rows * cols);
             for (size_t i = 0; i < (size_t)rows * cols; i++) src[i] = grand();
-            for (int f = 0; f < 2; f++) {
-                sotto_wfmt fmt = f ? SOTTO_WFMT_NVFP4 : SOTTO_WFMT_BF16;
+            for (int f = 0; f < 3; f++) {
+                sotto_wfmt fmt = f == 2 ? SOTTO_WFMT_F32 : f ? SOTTO_WFMT_NVFP4 : SOTTO_WFMT_BF16;
                 if (cols % sotto_wfmt_block(fmt)) continue;
                 qmat q;
                 CHECK_EQ_INT(qmat_make(&q, fmt, rows, cols, src, rows, 0), 0);
