@@ -131,9 +131,22 @@ static inline float dot_head(const float *a, const float *b, int dh) {
     return s;
 }
 
+/* From this many keys on, sotto_attention_rows multiplies with sgemm. */
+#define SOTTO_ATTN_ROWS_GEMM_MIN_KV 256
+
 void sotto_attention_rows(const float *q, int q_stride, const float *k, const float *v,
                           int kv_stride, float *out, int out_stride, int nr, int n_kv, int dh,
                           float scale, float *s) {
+    if (n_kv >= SOTTO_ATTN_ROWS_GEMM_MIN_KV) {
+        /* long sequences (the cross-attention): two small sgemms, whose packed
+         * micro-kernels beat a horizontal sum per (row, key) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, n_kv, dh, scale, q, q_stride, k,
+                    kv_stride, 0.0f, s, n_kv);
+        for (int r = 0; r < nr; r++) softmax_row(s + (size_t)r * n_kv, n_kv);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, dh, n_kv, 1.0f, s, n_kv, v,
+                    kv_stride, 0.0f, out, out_stride);
+        return;
+    }
     for (int j = 0; j < n_kv; j++) {
         const float *kj = k + (size_t)j * kv_stride;
         for (int r = 0; r < nr; r++) s[(size_t)r * n_kv + j] = dot_head(q + (size_t)r * q_stride, kj, dh) * scale;

@@ -192,7 +192,9 @@ static void test_attention(void) {
 
 static void test_attention_rows(void) {
     const int cases[][4] = {/* nr, n_kv, dh, H (to make strides) */
-                            {1, 1, 8, 1}, {3, 17, 64, 2}, {5, 1500, 64, 6}, {2, 9, 20, 3}};
+                            {1, 1, 8, 1}, {3, 17, 64, 2}, {5, 1500, 64, 6}, {2, 9, 20, 3},
+                            /* either side of the sgemm path (256 keys), odd head sizes */
+                            {4, 255, 30, 2}, {1, 256, 64, 2}, {3, 257, 20, 3}, {1, 1500, 128, 2}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int nr = cases[ci][0], n_kv = cases[ci][1], dh = cases[ci][2], H = cases[ci][3];
         int d = H * dh, h = H - 1; /* test the last head's columns */
