@@ -84,7 +84,7 @@ run() { # name command...
 }
 
 # 1. C unit tests with AddressSanitizer + UndefinedBehaviorSanitizer. This
-#    build's GPU backend runs over the CPU emulation of CUDA (tests/emu), so
+#    build's GPU backend runs over the CPU emulation of CUDA (kernels/cuda/emu), so
 #    test_device checks engine/gpu_cuda.c against the CPU engine here.
 cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOTTO_SANITIZE=ON \
   -DSOTTO_NATIVE=ON -DSOTTO_CUDA_EMU=ON >/dev/null

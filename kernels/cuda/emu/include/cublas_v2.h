@@ -1,5 +1,5 @@
 /* cublas_v2.h - the cuBLAS declarations engine/gpu_cuda.c uses, for the CPU
- * emulation build (tests/emu/cuda_emu.c); same column-major semantics. */
+ * emulation build (kernels/cuda/emu/cuda_emu.c); same column-major semantics. */
 #ifndef SOTTO_EMU_CUBLAS_V2_H
 #define SOTTO_EMU_CUBLAS_V2_H
 

@@ -1,5 +1,5 @@
 /* cuda_runtime_api.h - the few CUDA runtime declarations engine/gpu_cuda.c
- * uses, for the CPU emulation build (tests/emu/cuda_emu.c). Only that build
+ * uses, for the CPU emulation build (kernels/cuda/emu/cuda_emu.c). Only that build
  * puts this folder on the include path; real builds use the toolkit's. */
 #ifndef SOTTO_EMU_CUDA_RUNTIME_API_H
 #define SOTTO_EMU_CUDA_RUNTIME_API_H

@@ -8,7 +8,7 @@
  *   - the kernels of kernels/cuda/ (cuda_linear.h, cuda_ops.h, and
  *     cuda_internal.h under kernels/cuda/upload.c, which runs as is), each
  *     computed by its plain-C twin from kernels/;
- *   - the CUDA runtime calls gpu_cuda.c makes (tests/emu/include/);
+ *   - the CUDA runtime calls gpu_cuda.c makes (kernels/cuda/emu/include/);
  *   - cuBLAS's Sgemm, SgemmStridedBatched and Sgeam, through CBLAS in
  *     column-major order (the same contract as cuBLAS).
  *
@@ -201,7 +201,7 @@ int sotto_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, sot
 }
 
 int sotto_cuda_available(char *name, size_t name_sz, char *why, size_t why_sz) {
-    snprintf(name, name_sz, "CPU emulation of the CUDA backend (tests/emu)");
+    snprintf(name, name_sz, "CPU emulation of the CUDA backend (kernels/cuda/emu)");
     if (why_sz) why[0] = 0;
     return 1;
 }
