@@ -17,6 +17,7 @@
  */
 #include "gpu.h"
 
+#include "cublas_lazy.h"
 #include "cuda_linear.h"
 #include "cuda_ops.h"
 
@@ -72,7 +73,9 @@ static int blas_err(sotto_err *err, cublasStatus_t s, const char *what) {
 }
 
 int sotto_gpu_probe(char *desc, size_t desc_sz, char *why, size_t why_sz) {
-    return sotto_cuda_available(desc, desc_sz, why, why_sz);
+    if (!sotto_cuda_available(desc, desc_sz, why, why_sz)) return 0;
+    /* cuBLAS is opened here, the first time a GPU is there to use it */
+    return sotto_cublas_load(why, why_sz);
 }
 
 int sotto_gpu_mem_info(size_t *used, size_t *total, sotto_err *err) {
@@ -306,12 +309,17 @@ static gws *get_gws(sotto_workspace *ws, sotto_err *err) {
             cuda_err(err, e, "cudaStreamCreate");
             return NULL;
         }
-        cublasStatus_t s = cublasCreate(&w->blas);
+        char why[512];
+        cublasStatus_t s = sotto_cublas_load(why, sizeof why) ? cublasCreate(&w->blas)
+                                                              : CUBLAS_STATUS_NOT_INITIALIZED;
         if (s != CUBLAS_STATUS_SUCCESS) {
             cudaStreamDestroy(w->stream);
             free(w->rows_host);
             free(w);
-            blas_err(err, s, "cublasCreate");
+            if (!sotto_cublas_load(NULL, 0))
+                sotto_err_set(err, SOTTO_E_UNSUPPORTED, "%s", why);
+            else
+                blas_err(err, s, "cublasCreate");
             return NULL;
         }
         const char *gm = getenv("SOTTO_CUDA_GEMM"), *graphs = getenv("SOTTO_CUDA_GRAPHS");

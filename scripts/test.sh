@@ -107,6 +107,9 @@ if [ "$only_unit" -eq 0 ]; then
     S="$root/build/sotto"
     R="$root/tests/ref"
     run "device selection (release build: CUDA compiled in, no GPU here)" env SOTTO_SOURCE_DIR="$root" "$root/build/test_device"
+    if [ -x "$root/build/test_cublas_lazy" ]; then
+      run "cuBLAS opened on first GPU use, not at start-up (release build)" ctest --test-dir "$root/build" -R '^test_cublas_lazy' --output-on-failure
+    fi
     run "--device in the CLI and the server (release build)" "$py" "$R/test_device_cli.py" --sotto "$S" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest"
     run "--device cuda over the CUDA emulation (ASan+UBSan build)" "$py" "$R/test_device_cli.py" --sotto "$root/build-asan/sotto" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest"
     run "Silero VAD vs onnxruntime" "$py" "$R/test_silero_ref.py" --probs "$root/build/silero_probs" --onnx models/silero_vad/silero_vad.onnx --model models/silero_vad/silero_vad.safetensors --manifest "$manifest"
