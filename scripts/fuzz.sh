@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds sotto's libFuzzer harnesses (fuzz/fuzz_*.c) with clang, AddressSanitizer
-# and UBSan into build-fuzz/, and runs each one in turn from its seed corpus
+# and UBSan into build-fuzz/, and runs them (one per core) from their seed corpus
 # (fuzz/corpus/<target>/; what a run finds is kept in build-fuzz/corpus/<target>/).
 # The reproducers of bugs fixed before (fuzz/regress/<target>/) run first.
 #
@@ -55,6 +55,15 @@ cflags="-std=c11 -g -O1 -march=native -fopenmp=libgomp $san -Wno-unknown-pragmas
   -I$root/fuzz $blas_inc $(pkg-config --cflags $pkgs)"
 libs="$(pkg-config --libs $pkgs) $blas_lib -lz -lm -lpthread -lgomp"
 
+# Compiles, links and fuzzing runs go on side by side, one per core (SOTTO_FUZZ_JOBS).
+jobs=${SOTTO_FUZZ_JOBS:-$(nproc)}
+throttle() { while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done; }
+wait_all() { # waits for every background job; fails if any failed
+  local ok=0 p
+  for p in $(jobs -p); do wait "$p" || ok=1; done
+  return $ok
+}
+
 # The library (as CMake's `sotto` target, without the CUDA backend), rebuilt
 # when a source or any header is newer than its object.
 mkdir -p "$out/obj"
@@ -71,11 +80,14 @@ for src in "$root"/common/*.c "$root"/engine/*.c "$root"/kernels/*.c "$root"/str
   obj="$out/obj/${rel//\//_}.o"
   if [ -n "$newest_h" ] || [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
     echo "fuzz: cc $rel"
+    throttle
     # shellcheck disable=SC2086
-    $CC $cflags -fsanitize=fuzzer-no-link -c "$src" -o "$obj" 2> "$obj.log" || { cat "$obj.log"; die "compiling $rel failed"; }
+    ( $CC $cflags -fsanitize=fuzzer-no-link -c "$src" -o "$obj" 2> "$obj.log" \
+        || { cat "$obj.log"; echo "fuzz: compiling $rel failed" >&2; rm -f "$obj"; exit 1; } ) &
   fi
   objs+=("$obj")
 done
+wait_all || die "compiling the library failed"
 touch "$out/obj/.stamp"
 rm -f "$out/libsotto_fuzz.a"
 ar rcs "$out/libsotto_fuzz.a" "${objs[@]}"
@@ -88,24 +100,26 @@ done
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 for t in "${targets[@]}"; do
   [ -f "$root/fuzz/fuzz_$t.c" ] || die "no harness fuzz/fuzz_$t.c (targets: ${all[*]})"
+  throttle
   # shellcheck disable=SC2086
   $CC $cflags -Wall -Wextra -Werror -fsanitize=fuzzer "$root/fuzz/fuzz_$t.c" "$out/libsotto_fuzz.a" $libs -o "$out/fuzz_$t" \
-    || die "linking fuzz_$t failed"
+    || { echo "fuzz: linking fuzz_$t failed" >&2; exit 1; } &
 done
+wait_all || die "building the harnesses failed"
 [ "$build_only" -eq 1 ] && { echo "fuzz: built ${targets[*]} in $out"; exit 0; }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1
 export LSAN_OPTIONS="suppressions=$root/fuzz/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-failed=()
-for t in "${targets[@]}"; do
+# one target: its report goes to $out/fuzz_<t>.report, its verdict to the exit status
+fuzz_one() {
+  local t=$1
   work="$out/corpus/$t"
   art="$out/artifacts/$t"
   mkdir -p "$work" "$art"
   seeds="$root/fuzz/corpus/$t"
   [ -d "$seeds" ] || die "no seed corpus $seeds"
   log="$out/fuzz_$t.log"
-  echo "=== fuzz_$t: $secs s (log $log)"
   extra=() # reproducers of bugs found before: replayed first, kept clean
   [ -d "$root/fuzz/regress/$t" ] && extra=("$root/fuzz/regress/$t")
   dict=()
@@ -114,15 +128,31 @@ for t in "${targets[@]}"; do
   (cd "$out" && "./fuzz_$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2560 \
       -malloc_limit_mb=1024 -max_len=262144 -print_final_stats=1 -artifact_prefix="$art/" \
       "${dict[@]}" "$work" "$seeds" "${extra[@]}") > "$log" 2>&1 || rc=$?
-  grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$log" | tail -2 || true
-  if [ "$rc" -ne 0 ] || grep -qE "ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:" "$log"; then
-    echo "=== fuzz_$t: FAILED (exit $rc)"
-    grep -E "ERROR: |runtime error:|SUMMARY:" "$log" | head -5
-    grep -E "Test unit written to|artifact_prefix" "$log" | sed 's/^/    reproducer: /' | head -3
-    failed+=("$t")
-  else
-    echo "=== fuzz_$t: ok"
-  fi
+  {
+    echo "=== fuzz_$t: $secs s (log $log)"
+    grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$log" | tail -2 || true
+    if [ "$rc" -ne 0 ] || grep -qE "ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:" "$log"; then
+      echo "=== fuzz_$t: FAILED (exit $rc)"
+      grep -E "ERROR: |runtime error:|SUMMARY:" "$log" | head -5
+      grep -E "Test unit written to|artifact_prefix" "$log" | sed 's/^/    reproducer: /' | head -3
+      rc=1
+    else
+      echo "=== fuzz_$t: ok"
+    fi
+  } > "$out/fuzz_$t.report"
+  return "$rc"
+}
+echo "fuzz: ${#targets[@]} targets, $secs s each, $jobs at a time"
+for t in "${targets[@]}"; do rm -f "$out/fuzz_$t.report"; done
+for t in "${targets[@]}"; do
+  throttle
+  fuzz_one "$t" &
+done
+wait_all || true
+failed=()
+for t in "${targets[@]}"; do
+  cat "$out/fuzz_$t.report" 2>/dev/null || echo "=== fuzz_$t: FAILED (it left no report)"
+  grep -qs "^=== fuzz_$t: ok$" "$out/fuzz_$t.report" || failed+=("$t")
 done
 if [ ${#failed[@]} -ne 0 ]; then
   echo "fuzz: FAILED: ${failed[*]} (reproducers under $out/artifacts/)"
