@@ -71,6 +71,11 @@ if [ "$only_unit" -eq 0 ]; then
 fi
 
 failures=()
+# The suite's offline transcriptions of the dev set, shared between the reference
+# tests that need the same ones (tests/ref/refcommon.py run_sotto): keyed by the
+# binary's SHA-256, the model files, the options and the audio; emptied per run.
+export SOTTO_TEST_CACHE="$root/build/test-cache"
+rm -rf "$SOTTO_TEST_CACHE"
 run() { # name command...
   local name=$1; shift
   echo "=== $name"
@@ -80,6 +85,40 @@ run() { # name command...
   else
     echo "=== $name: FAILED ($((SECONDS - t0)) s)"
     failures+=("$name")
+  fi
+}
+
+# A second lane for tests that mostly wait (timeouts, slow clients) and use little
+# CPU: they run one after another beside the foreground tests that start no
+# server (so no two tests race for a port, and no latency is measured beside
+# them); their output is printed, and their failures counted, at join_lane.
+lane_pid=""
+lane_log="$root/build/test-lane.log"
+lane_failed="$root/build/test-lane.failed"
+start_lane() { # "name|command" ...
+  rm -f "$lane_log" "$lane_failed"
+  (
+    for spec in "$@"; do
+      name=${spec%%|*}
+      t0=$SECONDS
+      echo "=== $name (in the second lane)"
+      if bash -c "${spec#*|}"; then
+        echo "=== $name: ok ($((SECONDS - t0)) s)"
+      else
+        echo "=== $name: FAILED ($((SECONDS - t0)) s)"
+        echo "$name" >>"$lane_failed"
+      fi
+    done
+  ) >"$lane_log" 2>&1 &
+  lane_pid=$!
+}
+join_lane() {
+  [ -n "$lane_pid" ] || return 0
+  wait "$lane_pid" || true
+  lane_pid=""
+  cat "$lane_log"
+  if [ -f "$lane_failed" ]; then
+    while IFS= read -r name; do failures+=("$name"); done <"$lane_failed"
   fi
 }
 
@@ -121,7 +160,14 @@ if [ "$only_unit" -eq 0 ]; then
     run "the sotto command line: getopt_long options anywhere, -- , --help, named errors" "$py" "$R/test_cli.py" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest" --server "$root/build/sotto-server" --mic "$root/build/sotto-mic"
     run "Hugging Face loader" "$py" "$R/test_hf_loader.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "multilingual (base)" "$py" "$R/test_multilingual.py" --sotto "$S" --model models/base --manifest "$manifest"
+    q() { printf '%q ' "$@"; } # one command line for the lane
+    start_lane \
+      "security: admission, timeouts, frame limits, keys and tokens|$(q "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")" \
+      "security under ASan+UBSan|$(q "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")" \
+      "bounded inputs: static files, methods, uploads, Ogg streams|$(q "$py" "$R/test_inputs.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")" \
+      "bounded inputs under ASan+UBSan|$(q "$py" "$R/test_inputs.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
     run "quantized weights (tiny.en)" "$py" "$R/test_quant.py" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    join_lane
     run "streaming server (tiny.en)" "$py" "$R/test_server.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --format-clips 25
     run "streaming server in hard rooms: noise, babble, continuous speech, non-speech, overload (tiny.en)" "$py" "$R/test_rooms.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "scheduler: overload policy, loads while serving, the acquire race (tiny.en, base)" "$py" "$R/test_sched.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest"
@@ -132,10 +178,6 @@ if [ "$only_unit" -eq 0 ]; then
     run "browser dictation page (headless Firefox, PulseAudio microphone)" "$py" "$R/test_firefox.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
     run "OpenAI and Deepgram protocols (official client libraries)" "$py" "$R/test_compat.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest"
     run "OpenAI and Deepgram protocols under ASan+UBSan" "$py" "$R/test_compat.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest" --sanitized
-    run "bounded inputs: static files, methods, uploads, Ogg streams" "$py" "$R/test_inputs.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
-    run "bounded inputs under ASan+UBSan" "$py" "$R/test_inputs.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
-    run "security: admission, timeouts, frame limits, keys and tokens" "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
-    run "security under ASan+UBSan" "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "soak: hostile clients around one real-time session under ASan+UBSan (short)" "$py" "$R/test_soak.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --short
     run "fleet: 3 instances behind HAProxy sharing Redis (feeds, kill -9, SIGTERM, Redis restart, sotto-mic)" "$py" "$R/test_fleet.py" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest" --mic "$root/build/sotto-mic"
     run "fleet under ASan+UBSan (cross-instance resume, feeds, kill -9)" "$py" "$R/test_fleet.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --only resume,feeds,kill --sessions 3 --viewers 30

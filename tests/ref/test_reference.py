@@ -45,6 +45,8 @@ def main():
     ours = run_sotto(args.sotto, args.model, files, ["--beam", "1", "--temperature", "0"],
                      threads=args.threads)
     t_sotto = time.time() - t0
+    import refcommon
+    cached = refcommon.last_cached
     t0 = time.time()
     if args.reference_json:
         with open(args.reference_json) as f:
@@ -70,7 +72,9 @@ def main():
     print(f"clips: {n} English, {audio:.0f} s of audio; model {args.model}; threads {args.threads}")
     print(f"identical after normalization: {same}/{n} ({100.0 * same / n:.1f}%)")
     print(f"corpus WER: sotto {wer_s:.2f}%  faster-whisper {wer_f:.2f}%  (difference {wer_s - wer_f:+.2f} pp)")
-    print(f"wall: sotto {t_sotto:.1f} s (incl. model load), faster-whisper {t_fw:.1f} s")
+    print(f"wall: sotto {t_sotto:.1f} s (incl. model load"
+          + (f"; {cached} of {len(files)} results from the suite's cache, SOTTO_TEST_CACHE" if cached else "")
+          + f"), faster-whisper {t_fw:.1f} s")
     if args.save:
         with open(args.save, "w") as f:
             json.dump({"sotto": {k: v["text"] for k, v in ours.items()}, "faster_whisper": theirs}, f,

@@ -1294,7 +1294,8 @@ def main():
                            ["--beam", "1", "--temperature", "0"], threads=args.threads)
         ctx.offline = {r["id"]: off[r["file"]]["text"] for r in need}
         print(f"offline CLI (--beam 1 --temperature 0) on {len(need)} clips: "
-              f"{time.monotonic() - t0:.1f} s", flush=True)
+              f"{time.monotonic() - t0:.1f} s"
+              + (f" ({rc.last_cached} results from the suite's cache)" if rc.last_cached else ""), flush=True)
 
         ctx.main = sc.Server(args.server, args.model, ["--max-buffer-s", str(args.max_buffer_s)],
                              threads=args.threads)
