@@ -133,8 +133,10 @@ def _cache_key(sotto, model, extra, threads, path):
     if k not in _binary_digests:
         with open(b, "rb") as f:
             _binary_digests[k] = hashlib.sha256(f.read()).hexdigest()
-    text = json.dumps([_binary_digests[k], _model_id(model), list(extra), threads or os.cpu_count(),
-                       _file_id(path)])
+    # the CLI's default ("all cores") is OpenMP's: the CPUs this process may run on,
+    # unless OMP_NUM_THREADS says otherwise
+    n = threads or os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0))
+    text = json.dumps([_binary_digests[k], _model_id(model), list(extra), str(n), _file_id(path)])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
