@@ -39,23 +39,21 @@ int srv_feed_name_ok(const char *name) {
  * model, no decoder, no events), in state SESS_DONE, outside the session
  * table (srv == NULL marks it). Bounded: at most FEED_ENDED_MAX of them, each
  * for at most FEED_ENDED_S seconds after its session went; a newer session
- * under the same name replaces it when that one ends. The list and the
- * records' refs: srv->lock (records are released with srv_session_unref,
+ * under the same name replaces it when that one ends. The list
+ * (srv->feeds_ended) and the records' refs: srv->lock (records are released with srv_session_unref,
  * like sessions). */
-#define FEED_ENDED_MAX 64
+#define FEED_ENDED_MAX SRV_FEEDS_ENDED_MAX
 #define FEED_ENDED_S 3600.0
-static srv_session *g_ended[FEED_ENDED_MAX];
-static int g_n_ended;
 
 /* Takes expired records (and, with name, the one of that name) out of the
  * list into out (at most FEED_ENDED_MAX + 1). srv->lock held. */
-static int ended_take_locked(double now, const char *name, srv_session **out) {
+static int ended_take_locked(srv *s, double now, const char *name, srv_session **out) {
     int n = 0;
-    for (int i = 0; i < g_n_ended;) {
-        srv_session *e = g_ended[i];
+    for (int i = 0; i < s->n_feeds_ended;) {
+        srv_session *e = s->feeds_ended[i];
         if (now - e->detached_at > FEED_ENDED_S || (name && !strcmp(e->feed, name))) {
             out[n++] = e;
-            g_ended[i] = g_ended[--g_n_ended];
+            s->feeds_ended[i] = s->feeds_ended[--s->n_feeds_ended];
         } else {
             i++;
         }
@@ -91,15 +89,16 @@ static void feed_retire(srv *s, srv_session *ss) {
     e->detached_at = now; /* when it ended */
     srv_session *gone[FEED_ENDED_MAX + 2];
     pthread_mutex_lock(&s->lock);
-    int n = ended_take_locked(now, e->feed, gone);
-    if (g_n_ended == FEED_ENDED_MAX) { /* full: the oldest goes */
+    int n = ended_take_locked(s, now, e->feed, gone);
+    srv_session **ended = s->feeds_ended;
+    if (s->n_feeds_ended == FEED_ENDED_MAX) { /* full: the oldest goes */
         int oldest = 0;
-        for (int i = 1; i < g_n_ended; i++)
-            if (g_ended[i]->detached_at < g_ended[oldest]->detached_at) oldest = i;
-        gone[n++] = g_ended[oldest];
-        g_ended[oldest] = g_ended[--g_n_ended];
+        for (int i = 1; i < s->n_feeds_ended; i++)
+            if (ended[i]->detached_at < ended[oldest]->detached_at) oldest = i;
+        gone[n++] = ended[oldest];
+        ended[oldest] = ended[--s->n_feeds_ended];
     }
-    g_ended[g_n_ended++] = e;
+    ended[s->n_feeds_ended++] = e;
     pthread_mutex_unlock(&s->lock);
     ended_release(s, gone, n);
 }
@@ -109,12 +108,12 @@ static void feed_retire(srv *s, srv_session *ss) {
 srv_session *srv_feed_find(srv *s, const char *name) {
     srv_session *found = NULL, *gone[FEED_ENDED_MAX + 1];
     pthread_mutex_lock(&s->lock);
-    int n = ended_take_locked(srv_now(), NULL, gone);
+    int n = ended_take_locked(s, srv_now(), NULL, gone);
     for (srv_session *ss = s->sessions; ss && !found; ss = ss->next)
         if (ss->feed[0] && strcmp(ss->feed, name) == 0) found = ss;
     srv_session *ended = NULL;
-    for (int i = 0; i < g_n_ended && !ended; i++)
-        if (!strcmp(g_ended[i]->feed, name)) ended = g_ended[i];
+    for (int i = 0; i < s->n_feeds_ended && !ended; i++)
+        if (!strcmp(s->feeds_ended[i]->feed, name)) ended = s->feeds_ended[i];
     if (found) found->refs++;
     else if (ended) ended->refs++;
     pthread_mutex_unlock(&s->lock);
@@ -129,14 +128,9 @@ srv_session *srv_feed_find(srv *s, const char *name) {
     return ended;
 }
 
-/* Feed names and the key that first published each (srv->lock). Bounded:
- * when full, a name that no live session publishes is forgotten. */
-#define MAX_OWNED_FEEDS 4096
-static struct {
-    char name[SRV_FEED_NAME_MAX + 1];
-    int owner;
-} g_owned[MAX_OWNED_FEEDS];
-static int g_n_owned;
+/* Feed names and the key that first published each: srv->feeds_owned
+ * (srv->lock). Bounded: when full, a name that no live session publishes is
+ * forgotten. */
 
 /* The session other than except that publishes name, or NULL. srv->lock held. */
 static srv_session *holder_locked(srv *s, const char *name, const srv_session *except) {
@@ -153,14 +147,14 @@ static int live_locked(srv *s, const char *name, const srv_session *except) {
  * another key owns it. srv->lock held. */
 static int own_locked(srv *s, const char *name, int owner, const srv_session *ss) {
     if (owner < 0) return 0; /* no keys configured: names belong to nobody */
-    for (int i = 0; i < g_n_owned; i++)
-        if (!strcmp(g_owned[i].name, name)) return g_owned[i].owner == owner ? 0 : -2;
-    int slot = g_n_owned < MAX_OWNED_FEEDS ? g_n_owned++ : -1;
-    for (int i = 0; slot < 0 && i < g_n_owned; i++)
-        if (!live_locked(s, g_owned[i].name, ss)) slot = i;
+    for (int i = 0; i < s->n_feeds_owned; i++)
+        if (!strcmp(s->feeds_owned[i].name, name)) return s->feeds_owned[i].owner == owner ? 0 : -2;
+    int slot = s->n_feeds_owned < SRV_FEEDS_OWNED_MAX ? s->n_feeds_owned++ : -1;
+    for (int i = 0; slot < 0 && i < s->n_feeds_owned; i++)
+        if (!live_locked(s, s->feeds_owned[i].name, ss)) slot = i;
     if (slot < 0) return 0; /* every remembered name is live: this one is not remembered */
-    snprintf(g_owned[slot].name, sizeof g_owned[slot].name, "%s", name);
-    g_owned[slot].owner = owner;
+    snprintf(s->feeds_owned[slot].name, sizeof s->feeds_owned[slot].name, "%s", name);
+    s->feeds_owned[slot].owner = owner;
     return 0;
 }
 

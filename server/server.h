@@ -168,6 +168,8 @@ typedef struct srv_event {
 
 #define SRV_EVENT_RING 1024
 #define SRV_FEED_NAME_MAX 64
+#define SRV_FEEDS_ENDED_MAX 64    /* ended feeds kept for their captions (feed.c) */
+#define SRV_FEEDS_OWNED_MAX 4096  /* feed names whose publishing key is remembered */
 
 /* A final of a published session, for feed captions (.vtt/.srt). */
 typedef struct srv_caption {
@@ -285,6 +287,16 @@ struct srv {
     srv_session *sessions;
     int n_sessions;
     uint64_t next_id;
+    /* Feeds (feed.c), under lock: the records of ended feeds, kept for their
+       captions (at most SRV_FEEDS_ENDED_MAX; references of their own), and the
+       key that first published each name (at most SRV_FEEDS_OWNED_MAX). */
+    srv_session *feeds_ended[SRV_FEEDS_ENDED_MAX];
+    int n_feeds_ended;
+    struct {
+        char name[SRV_FEED_NAME_MAX + 1];
+        int owner;
+    } feeds_owned[SRV_FEEDS_OWNED_MAX];
+    int n_feeds_owned;
     srv_model models[SRV_MAX_MODELS * SOTTO_WFMT_COUNT];
     int n_models;
     _Atomic int ready;        /* the default model is loaded */
