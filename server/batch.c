@@ -54,17 +54,6 @@ typedef struct batch_job {
     const char *ctype;
 } batch_job;
 
-typedef struct srv_batch {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    batch_job *jobs; /* every job not yet released by both sides */
-    int n_queued;    /* waiting or running */
-    int stop;
-    pthread_t thread;
-} srv_batch;
-
-static srv_batch g_batch = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0};
-static int g_batch_started;
 
 enum { P_MODEL, P_LANGUAGE, P_PROMPT, P_TEMPERATURE, P_FORMAT, P_STREAM, P_GRAN, P_COUNT };
 /* What the body may hold beyond the file: the other fields and the form's
@@ -106,7 +95,7 @@ static int respond_error(struct lws *wsi, unsigned int status, const char *type,
 
 static void job_unref_locked(srv *s, batch_job *j) {
     if (--j->refs > 0) return;
-    for (batch_job **pp = &g_batch.jobs; *pp; pp = &(*pp)->next)
+    for (batch_job **pp = &s->batch.jobs; *pp; pp = &(*pp)->next)
         if (*pp == j) {
             *pp = j->next;
             break;
@@ -124,10 +113,10 @@ static void req_free(srv *s, srv_batch_req *r) {
     free(r->file);
     free(r->err_body);
     if (r->job) {
-        pthread_mutex_lock(&g_batch.lock);
+        pthread_mutex_lock(&s->batch.lock);
         r->job->wsi = NULL; /* cancels it */
         job_unref_locked(s, r->job);
-        pthread_mutex_unlock(&g_batch.lock);
+        pthread_mutex_unlock(&s->batch.lock);
     }
     free(r);
 }
@@ -399,9 +388,9 @@ static void queue_job(srv *s, srv_batch_req *r, char *const v[P_COUNT], int word
     j->fmt = fmt;
     j->refs = 2;
     j->srv = s;
-    pthread_mutex_lock(&g_batch.lock);
-    if (g_batch.n_queued >= s->opt.batch_queue || !g_batch_started) {
-        pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_lock(&s->batch.lock);
+    if (s->batch.n_queued >= s->opt.batch_queue || !s->batch.started) {
+        pthread_mutex_unlock(&s->batch.lock);
         free(j->file);
         free(j->prompt);
         free(j);
@@ -412,12 +401,12 @@ static void queue_job(srv *s, srv_batch_req *r, char *const v[P_COUNT], int word
     sm->refs++; /* keeps the variant loaded until the job ends */
     pthread_mutex_unlock(&s->lock);
     j->sm = sm;
-    j->next = g_batch.jobs;
-    g_batch.jobs = j;
-    g_batch.n_queued++;
+    j->next = s->batch.jobs;
+    s->batch.jobs = j;
+    s->batch.n_queued++;
     r->job = j;
-    pthread_cond_signal(&g_batch.cond);
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_cond_signal(&s->batch.cond);
+    pthread_mutex_unlock(&s->batch.lock);
 }
 
 int srv_batch_body_done(srv *s, struct lws *wsi, srv_batch_req **req) {
@@ -434,9 +423,9 @@ int srv_batch_body_done(srv *s, struct lws *wsi, srv_batch_req **req) {
         free(body);
         return rc;
     }
-    pthread_mutex_lock(&g_batch.lock);
+    pthread_mutex_lock(&s->batch.lock);
     r->job->wsi = wsi;
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_unlock(&s->batch.lock);
     return 0; /* the response comes from srv_batch_writeable */
 }
 
@@ -453,7 +442,8 @@ static void job_event(batch_job *j, cJSON *ev) { /* b->lock held; takes ev */
 
 static int on_segment(void *user, const sotto_segment *seg) {
     batch_job *j = user;
-    pthread_mutex_lock(&g_batch.lock);
+    srv_batch *b = &j->srv->batch;
+    pthread_mutex_lock(&b->lock);
     int gone = j->wsi == NULL;
     if (!gone && j->sse) {
         cJSON *e = cJSON_CreateObject();
@@ -463,7 +453,7 @@ static int on_segment(void *user, const sotto_segment *seg) {
         }
         job_event(j, e);
     }
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_unlock(&b->lock);
     if (!gone && j->sse) srv_wake(j->srv);
     return gone;
 }
@@ -558,7 +548,8 @@ static int render(batch_job *j, const sotto_transcript *t, const char *lang_name
 }
 
 static void finish_error(batch_job *j, int status, const char *type, const char *code, const char *msg) {
-    pthread_mutex_lock(&g_batch.lock);
+    srv_batch *b = &j->srv->batch;
+    pthread_mutex_lock(&b->lock);
     j->status = status;
     free(j->body);
     j->body = srv_openai_error_json(type, code, NULL, msg);
@@ -570,7 +561,7 @@ static void finish_error(batch_job *j, int status, const char *type, const char 
         job_event(j, e);
     }
     j->finished = j->wake = 1;
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_unlock(&b->lock);
 }
 
 static void run_job(srv *s, batch_job *j) {
@@ -632,9 +623,9 @@ static void run_job(srv *s, batch_job *j) {
     memset(&t, 0, sizeof t);
     int rc = sotto_transcribe(m, audio, n, &o, &t, &err);
     free(audio);
-    pthread_mutex_lock(&g_batch.lock);
+    pthread_mutex_lock(&s->batch.lock);
     int gone = j->wsi == NULL;
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_unlock(&s->batch.lock);
     if (gone) {
         sotto_transcript_free(&t);
         finish_error(j, 499, "server_error", "cancelled", "the client left");
@@ -661,11 +652,11 @@ static void run_job(srv *s, batch_job *j) {
         }
         free(text);
     }
-    pthread_mutex_lock(&g_batch.lock);
+    pthread_mutex_lock(&s->batch.lock);
     j->status = 200;
     if (done) job_event(j, done);
     j->finished = j->wake = 1;
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_unlock(&s->batch.lock);
     sotto_log(SOTTO_LOG_INFO, 0, "batch: %.1f s of audio (%s) in %.2f s", t.duration,
               j->translate ? "translate" : "transcribe", srv_now() - t0);
     sotto_transcript_free(&t);
@@ -674,75 +665,81 @@ static void run_job(srv *s, batch_job *j) {
 static void *batch_main(void *arg) {
     srv *s = arg;
     omp_set_num_threads(s->opt.batch_threads); /* this thread's own OpenMP setting */
-    pthread_mutex_lock(&g_batch.lock);
-    while (!g_batch.stop) {
+    pthread_mutex_lock(&s->batch.lock);
+    while (!s->batch.stop) {
         batch_job *next = NULL;
-        for (batch_job *j = g_batch.jobs; j; j = j->next)
+        for (batch_job *j = s->batch.jobs; j; j = j->next)
             if (!j->started) next = j; /* the oldest (the list is newest first) */
         if (!next) {
-            pthread_cond_wait(&g_batch.cond, &g_batch.lock);
+            pthread_cond_wait(&s->batch.cond, &s->batch.lock);
             continue;
         }
         next->started = 1;
-        pthread_mutex_unlock(&g_batch.lock);
+        pthread_mutex_unlock(&s->batch.lock);
         run_job(s, next);
         srv_wake(s);
-        pthread_mutex_lock(&g_batch.lock);
-        g_batch.n_queued--;
+        pthread_mutex_lock(&s->batch.lock);
+        s->batch.n_queued--;
         job_unref_locked(s, next); /* the queue's ref */
     }
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_unlock(&s->batch.lock);
     return NULL;
 }
 
+void srv_batch_init(srv *s) {
+    memset(&s->batch, 0, sizeof s->batch);
+    pthread_mutex_init(&s->batch.lock, NULL);
+    pthread_cond_init(&s->batch.cond, NULL);
+}
+
 int srv_batch_start(srv *s) {
-    if (pthread_create(&g_batch.thread, NULL, batch_main, s)) return -1;
-    g_batch_started = 1;
+    if (pthread_create(&s->batch.thread, NULL, batch_main, s)) return -1;
+    s->batch.started = 1;
     return 0;
 }
 
-int srv_batch_busy(void) {
-    pthread_mutex_lock(&g_batch.lock);
-    int n = g_batch.n_queued;
-    pthread_mutex_unlock(&g_batch.lock);
+int srv_batch_busy(srv *s) {
+    pthread_mutex_lock(&s->batch.lock);
+    int n = s->batch.n_queued;
+    pthread_mutex_unlock(&s->batch.lock);
     return n;
 }
 
 void srv_batch_stop(srv *s) {
-    if (!g_batch_started) return;
-    pthread_mutex_lock(&g_batch.lock);
-    g_batch.stop = 1;
-    for (batch_job *j = g_batch.jobs; j; j = j->next) j->wsi = NULL; /* cancels the running one */
-    pthread_cond_broadcast(&g_batch.cond);
-    pthread_mutex_unlock(&g_batch.lock);
-    pthread_join(g_batch.thread, NULL);
-    g_batch_started = 0;
-    pthread_mutex_lock(&g_batch.lock);
+    if (!s->batch.started) return;
+    pthread_mutex_lock(&s->batch.lock);
+    s->batch.stop = 1;
+    for (batch_job *j = s->batch.jobs; j; j = j->next) j->wsi = NULL; /* cancels the running one */
+    pthread_cond_broadcast(&s->batch.cond);
+    pthread_mutex_unlock(&s->batch.lock);
+    pthread_join(s->batch.thread, NULL);
+    s->batch.started = 0;
+    pthread_mutex_lock(&s->batch.lock);
     for (int again = 1; again;) { /* jobs never started: drop the queue's ref */
         again = 0;
-        for (batch_job *j = g_batch.jobs; j; j = j->next)
+        for (batch_job *j = s->batch.jobs; j; j = j->next)
             if (!j->started) {
                 j->started = 1;
-                g_batch.n_queued--;
+                s->batch.n_queued--;
                 job_unref_locked(s, j);
                 again = 1;
                 break;
             }
     }
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_unlock(&s->batch.lock);
 }
 
 /* ---- writing the response ---------------------------------------------------------------- */
 
 void srv_batch_wakeup(srv *s) {
     (void)s;
-    pthread_mutex_lock(&g_batch.lock);
-    for (batch_job *j = g_batch.jobs; j; j = j->next)
+    pthread_mutex_lock(&s->batch.lock);
+    for (batch_job *j = s->batch.jobs; j; j = j->next)
         if (j->wake && j->wsi) {
             j->wake = 0;
             lws_callback_on_writable(j->wsi);
         }
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_unlock(&s->batch.lock);
 }
 
 int srv_batch_writeable(srv *s, struct lws *wsi, srv_batch_req **req) {
@@ -750,12 +747,12 @@ int srv_batch_writeable(srv *s, struct lws *wsi, srv_batch_req **req) {
     if (!r || !r->job) return 0;
     if (r->closing) return -1; /* the event stream is written out: it ends with the connection */
     batch_job *j = r->job;
-    pthread_mutex_lock(&g_batch.lock);
+    pthread_mutex_lock(&s->batch.lock);
     size_t len = 0;
     char *events = NULL;
     if (j->sse && (r->headers_sent || j->events.len)) events = sotto_sb_take(&j->events, &len);
     int finished = j->finished;
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_unlock(&s->batch.lock);
     if (events) { /* server-sent events: no length, the connection closes at the end */
         if (!r->headers_sent) {
             unsigned char hdr[LWS_PRE + 512], *start = hdr + LWS_PRE, *p = start, *end = hdr + sizeof hdr;
@@ -785,9 +782,9 @@ int srv_batch_writeable(srv *s, struct lws *wsi, srv_batch_req **req) {
         free(events);
         if (n < (int)len) return -1;
         if (finished) {
-            pthread_mutex_lock(&g_batch.lock);
+            pthread_mutex_lock(&s->batch.lock);
             int more = j->events.len > 0;
-            pthread_mutex_unlock(&g_batch.lock);
+            pthread_mutex_unlock(&s->batch.lock);
             if (!more) r->closing = 1;
             lws_callback_on_writable(wsi);
         }
@@ -796,13 +793,13 @@ int srv_batch_writeable(srv *s, struct lws *wsi, srv_batch_req **req) {
     if (!finished) return 0;
     /* the request goes before the response: completing the transaction may
        free the connection's user data, where *req lives */
-    pthread_mutex_lock(&g_batch.lock);
+    pthread_mutex_lock(&s->batch.lock);
     char *body = j->body;
     size_t blen = j->body_len;
     unsigned int status = (unsigned int)j->status;
     const char *ctype = j->ctype;
     j->body = NULL;
-    pthread_mutex_unlock(&g_batch.lock);
+    pthread_mutex_unlock(&s->batch.lock);
     *req = NULL;
     req_free(s, r);
     int rc = srv_http_respond(wsi, status, ctype, body ? body : "", blen);

@@ -80,9 +80,10 @@ extern const srv_dialect srv_dialect_deepgram;  /* /v1/listen */
 
 typedef struct srv_batch_req srv_batch_req;
 
+void srv_batch_init(srv *s);  /* the queue (before anything else of batch.c) */
 int srv_batch_start(srv *s);  /* the transcriber thread */
 void srv_batch_stop(srv *s);  /* cancels the running job; open requests keep theirs */
-int srv_batch_busy(void);      /* jobs queued or running (drain waits for them) */
+int srv_batch_busy(srv *s);    /* jobs queued or running (drain waits for them) */
 /* HTTP callbacks of ws.c for the batch endpoints; *req is per connection. */
 int srv_batch_http(srv *s, struct lws *wsi, srv_batch_req **req, const char *uri); /* 1: not ours */
 int srv_batch_body(srv *s, struct lws *wsi, srv_batch_req *req, const void *in, size_t len);

@@ -275,6 +275,17 @@ typedef struct srv_session {
 
 /* ---- the server ----------------------------------------------------------------- */
 
+/* The batch endpoint's queue and its transcriber thread (batch.c). */
+typedef struct srv_batch {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct batch_job *jobs; /* every job not yet released by both sides */
+    int n_queued;           /* waiting or running */
+    int stop;
+    int started;
+    pthread_t thread;
+} srv_batch;
+
 struct srv {
     srv_options opt;
     struct lws_context *ctx;
@@ -297,6 +308,7 @@ struct srv {
         int owner;
     } feeds_owned[SRV_FEEDS_OWNED_MAX];
     int n_feeds_owned;
+    srv_batch batch; /* its own lock (batch.c), taken without srv->lock */
     srv_model models[SRV_MAX_MODELS * SOTTO_WFMT_COUNT];
     int n_models;
     _Atomic int ready;        /* the default model is loaded */

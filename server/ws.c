@@ -620,7 +620,7 @@ static void service_wakeup(srv *s) {
     }
     srv_feed_remote_wake(s);
     srv_batch_wakeup(s);
-    active += srv_batch_busy();
+    active += srv_batch_busy(s);
     if (draining && (active == 0 || srv_now() - s->drain_started > s->opt.drain_s))
         atomic_store(&s->stop, 1);
 }
