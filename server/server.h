@@ -309,6 +309,10 @@ struct srv {
     } feeds_owned[SRV_FEEDS_OWNED_MAX];
     int n_feeds_owned;
     srv_batch batch; /* its own lock (batch.c), taken without srv->lock */
+    /* Admission (ws.c, the service thread only): open connections, in all and
+       per client address. */
+    struct srv_ip_count *conn_ips;
+    int n_conn_ips, cap_conn_ips, n_conns;
     srv_model models[SRV_MAX_MODELS * SOTTO_WFMT_COUNT];
     int n_models;
     _Atomic int ready;        /* the default model is loaded */

@@ -16,6 +16,7 @@
 #define VIEWER_OUTBOX 8
 
 typedef struct conn {
+    srv *srv;                 /* the server (WebSocket connections: set when established) */
     srv_session *ss;          /* its session; for a feed viewer, the published one */
     int viewer;               /* a read-only feed viewer (feed.c) */
     uint64_t cursor;          /* viewer: newest event of ss it has been sent (or skipped) */
@@ -45,57 +46,53 @@ typedef struct conn {
     srv_secret_req *sreq; /* HTTP: POST /v1/realtime/client_secrets (auth.c) */
 } conn;
 
-static srv *g_srv; /* set by srv_gateway_run; the callback has no user pointer of its own */
-
 /* ---- admission: connection counts, per client address (service thread) -------------- */
 
-typedef struct ip_count {
+typedef struct srv_ip_count ip_count;
+struct srv_ip_count {
     char ip[64];
     int n;
-} ip_count;
+};
 
-static ip_count *g_ips;
-static int g_n_ips, g_cap_ips, g_conns;
-
-static ip_count *ip_find(const char *ip) {
-    for (int i = 0; i < g_n_ips; i++)
-        if (!strcmp(g_ips[i].ip, ip)) return &g_ips[i];
+static ip_count *ip_find(srv *s, const char *ip) {
+    for (int i = 0; i < s->n_conn_ips; i++)
+        if (!strcmp(s->conn_ips[i].ip, ip)) return &s->conn_ips[i];
     return NULL;
 }
 
 /* Counts c's connection, or says why not: NULL (admitted) or the reason. */
 static const char *conn_admit(srv *s, struct lws *wsi, conn *c) {
     lws_get_peer_simple(wsi, c->ip, sizeof c->ip);
-    ip_count *ic = ip_find(c->ip);
-    if (g_conns >= s->opt.max_connections) return "the server has no free connection slot (--max-connections)";
+    ip_count *ic = ip_find(s, c->ip);
+    if (s->n_conns >= s->opt.max_connections) return "the server has no free connection slot (--max-connections)";
     if (ic && ic->n >= s->opt.max_connections_per_ip)
         return "too many connections from this address (--max-connections-per-ip)";
     if (!ic) {
-        if (g_n_ips == g_cap_ips) {
-            int cap = g_cap_ips ? g_cap_ips * 2 : 64;
-            ip_count *n = realloc(g_ips, sizeof *n * (size_t)cap);
+        if (s->n_conn_ips == s->cap_conn_ips) {
+            int cap = s->cap_conn_ips ? s->cap_conn_ips * 2 : 64;
+            ip_count *n = realloc(s->conn_ips, sizeof *n * (size_t)cap);
             if (!n) return "out of memory";
-            g_ips = n;
-            g_cap_ips = cap;
+            s->conn_ips = n;
+            s->cap_conn_ips = cap;
         }
-        ic = &g_ips[g_n_ips++];
+        ic = &s->conn_ips[s->n_conn_ips++];
         snprintf(ic->ip, sizeof ic->ip, "%s", c->ip);
         ic->n = 0;
     }
     ic->n++;
-    g_conns++;
+    s->n_conns++;
     c->counted = 1;
-    atomic_store(&s->m.connections, g_conns);
+    atomic_store(&s->m.connections, s->n_conns);
     return NULL;
 }
 
 static void conn_release(srv *s, conn *c) {
     if (!c->counted) return;
     c->counted = 0;
-    g_conns--;
-    atomic_store(&s->m.connections, g_conns);
-    ip_count *ic = ip_find(c->ip);
-    if (ic && --ic->n == 0) *ic = g_ips[--g_n_ips];
+    s->n_conns--;
+    atomic_store(&s->m.connections, s->n_conns);
+    ip_count *ic = ip_find(s, c->ip);
+    if (ic && --ic->n == 0) *ic = s->conn_ips[--s->n_conn_ips];
 }
 
 /* Started sessions that have a connection (the --max-sessions slots), except self. */
@@ -467,12 +464,12 @@ static int write_next(srv *s, struct lws *wsi, conn *c) {
 struct srv_link { conn c; }; /* a dialect's view of a connection is the conn itself */
 
 static conn *L(srv_link *l) { return (conn *)l; }
-srv *srv_link_srv(srv_link *l) { (void)l; return g_srv; }
+srv *srv_link_srv(srv_link *l) { return L(l)->srv; }
 srv_session *srv_link_session(srv_link *l) { return L(l)->ss; }
 int srv_link_started(const srv_link *l) { return ((const conn *)l)->ss->state != SESS_NEW; }
 
 int srv_link_start(srv_link *l, const cJSON *start_msg) {
-    on_start(g_srv, L(l)->ss, start_msg);
+    on_start(L(l)->srv, L(l)->ss, start_msg);
     pthread_mutex_lock(&L(l)->ss->lock); /* dialects have no resume: no checkpoints */
     free(L(l)->ss->start_json);
     L(l)->ss->start_json = NULL;
@@ -480,9 +477,9 @@ int srv_link_start(srv_link *l, const cJSON *start_msg) {
     return L(l)->ss->state != SESS_NEW ? 0 : -1;
 }
 
-void srv_link_audio(srv_link *l, const void *data, size_t len) { on_audio(g_srv, L(l)->ss, data, len); }
-void srv_link_flush(srv_link *l, int end_of_stream) { on_stop(g_srv, L(l)->ss, end_of_stream); }
-void srv_link_note(srv_link *l, cJSON *ev) { srv_session_emit(g_srv, L(l)->ss, ev); }
+void srv_link_audio(srv_link *l, const void *data, size_t len) { on_audio(L(l)->srv, L(l)->ss, data, len); }
+void srv_link_flush(srv_link *l, int end_of_stream) { on_stop(L(l)->srv, L(l)->ss, end_of_stream); }
+void srv_link_note(srv_link *l, cJSON *ev) { srv_session_emit(L(l)->srv, L(l)->ss, ev); }
 
 void srv_link_send(srv_link *l, char *json) {
     conn *c = L(l);
@@ -802,6 +799,7 @@ static void admit_session(srv *s, struct lws *wsi, conn *c, const char *uri, con
 
 static int on_established(srv *s, struct lws *wsi, conn *c) {
     memset(c, 0, sizeof *c);
+    c->srv = s;
     char uri[256] = "";
     lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
     const char *full = conn_admit(s, wsi, c);
@@ -1019,7 +1017,9 @@ static int on_http(srv *s, struct lws *wsi, conn *c, const char *uri) {
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len) {
-    srv *s = g_srv;
+    /* the server is the context's user pointer (srv_gateway_create) */
+    srv *s = wsi ? lws_context_user(lws_get_context(wsi)) : NULL;
+    if (!s) return 0;
     conn *c = user;
     switch (reason) {
     case LWS_CALLBACK_RAW_ADOPT: /* lws hands a CONNECT request over as a raw socket: refuse it */
@@ -1094,7 +1094,6 @@ static void lws_logger(int level, const char *line) {
 }
 
 int srv_gateway_create(srv *s) {
-    g_srv = s;
     lws_set_log_level(LLL_ERR | LLL_WARN, lws_logger);
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
@@ -1102,6 +1101,7 @@ int srv_gateway_create(srv *s) {
     info.iface = s->opt.host[0] ? s->opt.host : NULL;
     info.protocols = k_protocols;
     info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
+    info.user = s; /* every callback finds the server through its context */
     info.pt_serv_buf_size = 32 * 1024;
     /* lws's own timeouts: handshakes and HTTP requests (timeout_secs), idle
        HTTP/1.1 keep-alive connections, headers held idle, dead peers (TCP
@@ -1135,5 +1135,8 @@ void srv_gateway_loop(srv *s) {
 
 void srv_gateway_destroy(srv *s) {
     if (s->ctx) lws_context_destroy(s->ctx);
+    free(s->conn_ips);
+    s->conn_ips = NULL;
+    s->n_conn_ips = s->cap_conn_ips = 0;
     s->ctx = NULL;
 }
