@@ -20,16 +20,6 @@
 #include <strings.h>
 #include <time.h>
 
-#define MAX_TOKENS 1024
-
-typedef struct token {
-    char value[SRV_TOKEN_LEN];
-    double expires; /* monotonic */
-    int ident;
-} token;
-
-static token g_tokens[MAX_TOKENS];
-static pthread_mutex_t g_tokens_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Compares without stopping at the first difference. */
 static int same(const char *a, size_t alen, const char *b) {
@@ -48,18 +38,18 @@ static int key_index(srv *s, const char *k, size_t n) {
 }
 
 /* Keeps token v (minted here, or by another instance) for ttl_s; 0, or -1 if the table is full. */
-static int token_keep(const char *v, int ident, double ttl_s) {
+static int token_keep(srv *s, const char *v, int ident, double ttl_s) {
     double now = srv_now();
     int slot = -1;
-    pthread_mutex_lock(&g_tokens_lock);
-    for (int i = 0; i < MAX_TOKENS && slot < 0; i++)
-        if (!g_tokens[i].value[0] || g_tokens[i].expires <= now) slot = i;
+    pthread_mutex_lock(&s->tokens_lock);
+    for (int i = 0; i < SRV_TOKENS_MAX && slot < 0; i++)
+        if (!s->tokens[i].value[0] || s->tokens[i].expires <= now) slot = i;
     if (slot >= 0) {
-        memcpy(g_tokens[slot].value, v, SRV_TOKEN_LEN);
-        g_tokens[slot].expires = now + ttl_s;
-        g_tokens[slot].ident = ident;
+        memcpy(s->tokens[slot].value, v, SRV_TOKEN_LEN);
+        s->tokens[slot].expires = now + ttl_s;
+        s->tokens[slot].ident = ident;
     }
-    pthread_mutex_unlock(&g_tokens_lock);
+    pthread_mutex_unlock(&s->tokens_lock);
     return slot >= 0 ? 0 : -1;
 }
 
@@ -67,18 +57,18 @@ static int token_ident(srv *s, const char *k, size_t n) {
     if (n != 3 + 32 || strncmp(k, SRV_TOKEN_PREFIX, 3) || strspn(k + 3, "0123456789abcdef") != 32) return -1;
     double now = srv_now();
     int found = -1;
-    pthread_mutex_lock(&g_tokens_lock);
-    for (int i = 0; i < MAX_TOKENS; i++)
-        if (g_tokens[i].value[0] && g_tokens[i].expires > now && same(k, n, g_tokens[i].value))
-            found = g_tokens[i].ident;
-    pthread_mutex_unlock(&g_tokens_lock);
+    pthread_mutex_lock(&s->tokens_lock);
+    for (int i = 0; i < SRV_TOKENS_MAX; i++)
+        if (s->tokens[i].value[0] && s->tokens[i].expires > now && same(k, n, s->tokens[i].value))
+            found = s->tokens[i].ident;
+    pthread_mutex_unlock(&s->tokens_lock);
     if (found < 0 && s->persist) { /* minted by another instance? */
         char v[SRV_TOKEN_LEN] = {0};
         memcpy(v, k, n);
         int ident;
         double left;
         if (srv_fleet_token_get(s, v, &ident, &left) == 0 && ident >= 0 && ident < s->opt.n_api_keys) {
-            token_keep(v, ident, left);
+            token_keep(s, v, ident, left);
             found = ident;
         }
     }
@@ -159,7 +149,7 @@ int srv_token_mint(srv *s, int ident, double ttl_s, char out[SRV_TOKEN_LEN], dou
     char v[SRV_TOKEN_LEN];
     memcpy(v, SRV_TOKEN_PREFIX, 3);
     for (size_t i = 0; i < sizeof b; i++) snprintf(v + 3 + 2 * i, 3, "%02x", b[i]);
-    if (token_keep(v, ident, ttl_s)) return -1;
+    if (token_keep(s, v, ident, ttl_s)) return -1;
     if (s->persist && srv_fleet_token_put(s, v, ident, ttl_s))
         SOTTO_WARN("client token not stored in Redis: only this instance accepts it");
     memcpy(out, v, sizeof v);

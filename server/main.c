@@ -92,6 +92,7 @@ int main(int argc, char **argv) {
     pthread_cond_init(&s.load_cv, NULL);
     pthread_mutex_init(&s.load_lock, NULL);
     srv_batch_init(&s);
+    pthread_mutex_init(&s.tokens_lock, NULL);
     s.load_params = sotto_load_default_params();
     s.load_params.high_wait_s = s.opt.overload_wait_ms / 1000.0;
     s.load_params.reopen_wait_s = s.load_params.high_wait_s / 2;

@@ -275,6 +275,17 @@ typedef struct srv_session {
 
 /* ---- the server ----------------------------------------------------------------- */
 
+#define SRV_TOKEN_PREFIX "ek_"
+#define SRV_TOKEN_LEN 40 /* "ek_" + 32 hex + NUL, rounded */
+#define SRV_TOKENS_MAX 1024
+
+/* A short-lived client token (auth.c): the key it stands for, until when. */
+typedef struct srv_token {
+    char value[SRV_TOKEN_LEN]; /* "" when the slot is free */
+    double expires;            /* monotonic */
+    int ident;                 /* the API key's index */
+} srv_token;
+
 /* The batch endpoint's queue and its transcriber thread (batch.c). */
 typedef struct srv_batch {
     pthread_mutex_t lock;
@@ -313,6 +324,9 @@ struct srv {
        per client address. */
     struct srv_ip_count *conn_ips;
     int n_conn_ips, cap_conn_ips, n_conns;
+    /* Client tokens minted here or adopted from the fleet (auth.c), under tokens_lock. */
+    pthread_mutex_t tokens_lock;
+    srv_token tokens[SRV_TOKENS_MAX];
     srv_model models[SRV_MAX_MODELS * SOTTO_WFMT_COUNT];
     int n_models;
     _Atomic int ready;        /* the default model is loaded */
@@ -449,8 +463,6 @@ int srv_fleet_token_get(srv *s, const char *value, int *ident, double *ttl_left)
 int srv_auth_check(srv *s, struct lws *wsi, int *ident);
 /* Same, but only long-lived keys count (minting tokens). */
 int srv_auth_check_key(srv *s, struct lws *wsi, int *ident);
-#define SRV_TOKEN_PREFIX "ek_"
-#define SRV_TOKEN_LEN 40 /* "ek_" + 32 hex + NUL, rounded */
 #define SRV_TOKEN_TTL_DEFAULT 600
 #define SRV_TOKEN_TTL_MAX 7200
 /* A short-lived token for key ident, valid ttl_s seconds; *expires_at is Unix
