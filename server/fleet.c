@@ -60,7 +60,7 @@ typedef struct proxy_info {
     double idle_since; /* no viewers since (0: has viewers) */
 } proxy_info;
 
-typedef struct remote {
+typedef struct srv_remote {
     srv *s;
     /* publisher */
     pthread_mutex_t lock;
@@ -79,7 +79,6 @@ typedef struct remote {
     uint64_t next_proxy_id;
 } remote;
 
-static remote *g_remote; /* one per process: the server's */
 
 static redisContext *connect_redis(remote *r) {
     char why[256];
@@ -214,7 +213,7 @@ static const char k_claim[] =
     "return 0";
 
 int srv_feed_remote_claim(srv *s, srv_session *ss, const char *name) {
-    remote *r = g_remote;
+    remote *r = s->remote;
     if (!r || !s->persist) return 1;
     if (!sync_conn(r)) return 1;
     char k[5][160], owner[16], keep[16], ttl[16];
@@ -239,7 +238,7 @@ int srv_feed_remote_claim(srv *s, srv_session *ss, const char *name) {
 
 void srv_feed_remote_publish_locked(srv *s, srv_session *ss, const char *json, size_t len, const cJSON *ev,
                                     int is_final, int is_done) {
-    remote *r = g_remote;
+    remote *r = s->remote;
     /* proxies do not republish; a session restored elsewhere no longer speaks for its feed */
     if (!r || !s->persist || !ss->feed[0] || !ss->srv || ss->superseded) return;
     char ke[160];
@@ -282,7 +281,7 @@ void srv_feed_remote_publish_locked(srv *s, srv_session *ss, const char *json, s
 }
 
 void srv_feed_remote_refresh(srv *s, srv_session *ss) {
-    remote *r = g_remote;
+    remote *r = s->remote;
     if (!r || !s->persist || !ss->feed[0] || !ss->srv) return;
     char kl[160], ttl[16];
     key_of(kl, sizeof kl, ss->feed, "live");
@@ -342,7 +341,7 @@ static void proxy_event_locked(srv *s, srv_session *p, proxy_info *info, const c
 }
 
 srv_session *srv_feed_remote_find(srv *s, const char *name) {
-    remote *r = g_remote;
+    remote *r = s->remote;
     if (!r || !s->persist) return NULL;
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < r->n_proxies; i++)
@@ -531,7 +530,7 @@ static void *fol_main(void *arg) {
 }
 
 void srv_feed_remote_wake(srv *s) {
-    remote *r = g_remote;
+    remote *r = s->remote;
     if (!r) return;
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < r->n_proxies; i++) {
@@ -549,7 +548,7 @@ void srv_feed_remote_wake(srv *s) {
 /* ---- client tokens --------------------------------------------------------------- */
 
 int srv_fleet_token_put(srv *s, const char *value, int ident, double ttl_s) {
-    remote *r = g_remote;
+    remote *r = s->remote;
     if (!r || !s->persist || !sync_conn(r)) return -1;
     char key[96], id[16], ttl[24];
     snprintf(key, sizeof key, "sotto:token:%s", value);
@@ -564,7 +563,7 @@ int srv_fleet_token_put(srv *s, const char *value, int ident, double ttl_s) {
 }
 
 int srv_fleet_token_get(srv *s, const char *value, int *ident, double *ttl_left) {
-    remote *r = g_remote;
+    remote *r = s->remote;
     if (!r || !s->persist || !sync_conn(r)) return -1;
     char key[96];
     snprintf(key, sizeof key, "sotto:token:%s", value);
@@ -593,7 +592,7 @@ int srv_feed_remote_start(srv *s, char *why, size_t why_sz) {
     r->s = s; /* connects through s->persist (created first) */
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cv, NULL);
-    g_remote = r;
+    s->remote = r;
     if (pthread_create(&r->pub, NULL, pub_main, r) == 0) r->pub_started = 1;
     if (pthread_create(&r->fol, NULL, fol_main, r) == 0) r->fol_started = 1;
     if (!r->pub_started || !r->fol_started) {
@@ -605,7 +604,7 @@ int srv_feed_remote_start(srv *s, char *why, size_t why_sz) {
 }
 
 void srv_feed_remote_stop(srv *s) {
-    remote *r = g_remote;
+    remote *r = s->remote;
     if (!r) return;
     pthread_mutex_lock(&r->lock);
     r->stop = 1;
@@ -622,12 +621,12 @@ void srv_feed_remote_stop(srv *s) {
     redisFree(r->sync);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cv);
-    g_remote = NULL;
+    s->remote = NULL;
     free(r);
 }
 
-void srv_feed_remote_stats(uint64_t *written, uint64_t *dropped) {
-    remote *r = g_remote;
+void srv_feed_remote_stats(srv *s, uint64_t *written, uint64_t *dropped) {
+    remote *r = s->remote;
     *written = *dropped = 0;
     if (!r) return;
     pthread_mutex_lock(&r->lock);

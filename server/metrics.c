@@ -130,7 +130,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
         gauge(&o, "sotto_checkpoints_queued", "sessions whose newest checkpoint waits to be written", ps.queued);
         counter(&o, "sotto_checkpoint_read_errors_total", "resumes that could not read Redis", ps.read_errors);
         uint64_t fw, fd;
-        srv_feed_remote_stats(&fw, &fd);
+        srv_feed_remote_stats(s, &fw, &fd);
         counter(&o, "sotto_feed_redis_writes_total", "feed events and finals written to Redis streams and lists", fw);
         counter(&o, "sotto_feed_redis_dropped_total",
                 "feed writes dropped because Redis was away too long (the oldest go first)", fd);

@@ -324,6 +324,7 @@ struct srv {
        per client address. */
     struct srv_ip_count *conn_ips;
     int n_conn_ips, cap_conn_ips, n_conns;
+    struct srv_remote *remote; /* --redis: the fleet's connections and threads (fleet.c) */
     /* Client tokens minted here or adopted from the fleet (auth.c), under tokens_lock. */
     pthread_mutex_t tokens_lock;
     srv_token tokens[SRV_TOKENS_MAX];
@@ -447,7 +448,7 @@ void srv_feed_remote_refresh(srv *s, srv_session *ss);
 srv_session *srv_feed_remote_find(srv *s, const char *name);
 /* Service thread, after a wake-up: proxies' viewers with new events. */
 void srv_feed_remote_wake(srv *s);
-void srv_feed_remote_stats(uint64_t *written, uint64_t *dropped);
+void srv_feed_remote_stats(srv *s, uint64_t *written, uint64_t *dropped);
 /* Client tokens across the fleet (fleet.c; service thread): stored at mint,
  * looked up by an instance that does not know one. 0, or -1 (none, or Redis
  * unreachable). */
