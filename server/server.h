@@ -324,6 +324,7 @@ struct srv {
        per client address. */
     struct srv_ip_count *conn_ips;
     int n_conn_ips, cap_conn_ips, n_conns;
+    double feeds_refreshed; /* --redis: when live feeds' records were last renewed (ws.c) */
     struct srv_remote *remote; /* --redis: the fleet's connections and threads (fleet.c) */
     /* Client tokens minted here or adopted from the fleet (auth.c), under tokens_lock. */
     pthread_mutex_t tokens_lock;

@@ -578,9 +578,8 @@ static void service_wakeup(srv *s) {
     if (draining && s->drain_started == 0) s->drain_started = srv_now();
     srv_session *to_stop[256];
     int n_stop = 0, active = 0;
-    static double feeds_refreshed; /* service thread only */
-    int refresh_feeds = s->persist && srv_now() - feeds_refreshed > 20;
-    if (refresh_feeds) feeds_refreshed = srv_now();
+    int refresh_feeds = s->persist && srv_now() - s->feeds_refreshed > 20;
+    if (refresh_feeds) s->feeds_refreshed = srv_now();
     pthread_mutex_lock(&s->lock);
     for (srv_session *ss = s->sessions; ss; ss = ss->next) {
         pthread_mutex_lock(&ss->lock);
