@@ -72,6 +72,7 @@ typedef struct srv_remote {
     uint64_t dropped, written;
     /* the service thread's connection (claims, lookups) */
     redisContext *sync;
+    double sync_down_until; /* no new attempt before (after a failed connect) */
     /* proxies: srv->lock */
     srv_session *proxies[PROXY_MAX];
     proxy_info info[PROXY_MAX];
@@ -93,10 +94,9 @@ static void key_of(char *out, size_t n, const char *name, const char *what) {
  * (so that a Redis outage costs a lookup one connect timeout a second, not one
  * per request). */
 static redisContext *sync_conn(remote *r) {
-    static double down_until;
     if (r->sync) return r->sync;
-    if (srv_now() < down_until) return NULL;
-    if (!(r->sync = connect_redis(r))) down_until = srv_now() + 1.0;
+    if (srv_now() < r->sync_down_until) return NULL;
+    if (!(r->sync = connect_redis(r))) r->sync_down_until = srv_now() + 1.0;
     return r->sync;
 }
 
