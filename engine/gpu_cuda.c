@@ -310,16 +310,14 @@ static gws *get_gws(sotto_workspace *ws, sotto_err *err) {
             return NULL;
         }
         char why[512];
-        cublasStatus_t s = sotto_cublas_load(why, sizeof why) ? cublasCreate(&w->blas)
-                                                              : CUBLAS_STATUS_NOT_INITIALIZED;
+        int loaded = sotto_cublas_load(why, sizeof why);
+        cublasStatus_t s = loaded ? cublasCreate(&w->blas) : CUBLAS_STATUS_NOT_INITIALIZED;
         if (s != CUBLAS_STATUS_SUCCESS) {
             cudaStreamDestroy(w->stream);
             free(w->rows_host);
             free(w);
-            if (!sotto_cublas_load(NULL, 0))
-                sotto_err_set(err, SOTTO_E_UNSUPPORTED, "%s", why);
-            else
-                blas_err(err, s, "cublasCreate");
+            if (loaded) blas_err(err, s, "cublasCreate");
+            else sotto_err_set(err, SOTTO_E_UNSUPPORTED, "%s", why);
             return NULL;
         }
         const char *gm = getenv("SOTTO_CUDA_GEMM"), *graphs = getenv("SOTTO_CUDA_GRAPHS");

@@ -20,7 +20,6 @@
 #include <strings.h>
 #include <time.h>
 
-
 /* Compares without stopping at the first difference. */
 static int same(const char *a, size_t alen, const char *b) {
     size_t blen = strlen(b);

@@ -54,7 +54,6 @@ typedef struct batch_job {
     const char *ctype;
 } batch_job;
 
-
 enum { P_MODEL, P_LANGUAGE, P_PROMPT, P_TEMPERATURE, P_FORMAT, P_STREAM, P_GRAN, P_COUNT };
 /* What the body may hold beyond the file: the other fields and the form's
  * framing. */
@@ -732,7 +731,6 @@ void srv_batch_stop(srv *s) {
 /* ---- writing the response ---------------------------------------------------------------- */
 
 void srv_batch_wakeup(srv *s) {
-    (void)s;
     pthread_mutex_lock(&s->batch.lock);
     for (batch_job *j = s->batch.jobs; j; j = j->next)
         if (j->wake && j->wsi) {

@@ -37,16 +37,15 @@ int srv_feed_name_ok(const char *name) {
  * downloaded and a viewer still gets its history: a session-shaped record
  * that holds only the name, key, owner, session number and captions (no
  * model, no decoder, no events), in state SESS_DONE, outside the session
- * table (srv == NULL marks it). Bounded: at most FEED_ENDED_MAX of them, each
+ * table (srv == NULL marks it). Bounded: at most SRV_FEEDS_ENDED_MAX of them, each
  * for at most FEED_ENDED_S seconds after its session went; a newer session
  * under the same name replaces it when that one ends. The list
- * (srv->feeds_ended) and the records' refs: srv->lock (records are released with srv_session_unref,
- * like sessions). */
-#define FEED_ENDED_MAX SRV_FEEDS_ENDED_MAX
+ * (srv->feeds_ended) and the records' refs: srv->lock (records are released
+ * with srv_session_unref, like sessions). */
 #define FEED_ENDED_S 3600.0
 
 /* Takes expired records (and, with name, the one of that name) out of the
- * list into out (at most FEED_ENDED_MAX + 1). srv->lock held. */
+ * list into out (at most SRV_FEEDS_ENDED_MAX + 1). srv->lock held. */
 static int ended_take_locked(srv *s, double now, const char *name, srv_session **out) {
     int n = 0;
     for (int i = 0; i < s->n_feeds_ended;) {
@@ -87,11 +86,11 @@ static void feed_retire(srv *s, srv_session *ss) {
     ss->n_captions = ss->cap_captions = 0;
     double now = srv_now();
     e->detached_at = now; /* when it ended */
-    srv_session *gone[FEED_ENDED_MAX + 2];
+    srv_session *gone[SRV_FEEDS_ENDED_MAX + 2];
     pthread_mutex_lock(&s->lock);
     int n = ended_take_locked(s, now, e->feed, gone);
     srv_session **ended = s->feeds_ended;
-    if (s->n_feeds_ended == FEED_ENDED_MAX) { /* full: the oldest goes */
+    if (s->n_feeds_ended == SRV_FEEDS_ENDED_MAX) { /* full: the oldest goes */
         int oldest = 0;
         for (int i = 1; i < s->n_feeds_ended; i++)
             if (ended[i]->detached_at < ended[oldest]->detached_at) oldest = i;
@@ -106,7 +105,7 @@ static void feed_retire(srv *s, srv_session *ss) {
 /* The session in the table that publishes name, else its ended feed; NULL if
  * neither. Takes a ref. */
 srv_session *srv_feed_find(srv *s, const char *name) {
-    srv_session *found = NULL, *gone[FEED_ENDED_MAX + 1];
+    srv_session *found = NULL, *gone[SRV_FEEDS_ENDED_MAX + 1];
     pthread_mutex_lock(&s->lock);
     int n = ended_take_locked(s, srv_now(), NULL, gone);
     for (srv_session *ss = s->sessions; ss && !found; ss = ss->next)

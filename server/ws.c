@@ -16,7 +16,6 @@
 #define VIEWER_OUTBOX 8
 
 typedef struct conn {
-    srv *srv;                 /* the server (WebSocket connections: set when established) */
     srv_session *ss;          /* its session; for a feed viewer, the published one */
     int viewer;               /* a read-only feed viewer (feed.c) */
     uint64_t cursor;          /* viewer: newest event of ss it has been sent (or skipped) */
@@ -464,12 +463,13 @@ static int write_next(srv *s, struct lws *wsi, conn *c) {
 struct srv_link { conn c; }; /* a dialect's view of a connection is the conn itself */
 
 static conn *L(srv_link *l) { return (conn *)l; }
-srv *srv_link_srv(srv_link *l) { return L(l)->srv; }
+/* a dialect's connection always has its wsi (on_established), and through it the server */
+srv *srv_link_srv(srv_link *l) { return lws_context_user(lws_get_context(L(l)->wsi)); }
 srv_session *srv_link_session(srv_link *l) { return L(l)->ss; }
 int srv_link_started(const srv_link *l) { return ((const conn *)l)->ss->state != SESS_NEW; }
 
 int srv_link_start(srv_link *l, const cJSON *start_msg) {
-    on_start(L(l)->srv, L(l)->ss, start_msg);
+    on_start(srv_link_srv(l), L(l)->ss, start_msg);
     pthread_mutex_lock(&L(l)->ss->lock); /* dialects have no resume: no checkpoints */
     free(L(l)->ss->start_json);
     L(l)->ss->start_json = NULL;
@@ -477,9 +477,9 @@ int srv_link_start(srv_link *l, const cJSON *start_msg) {
     return L(l)->ss->state != SESS_NEW ? 0 : -1;
 }
 
-void srv_link_audio(srv_link *l, const void *data, size_t len) { on_audio(L(l)->srv, L(l)->ss, data, len); }
-void srv_link_flush(srv_link *l, int end_of_stream) { on_stop(L(l)->srv, L(l)->ss, end_of_stream); }
-void srv_link_note(srv_link *l, cJSON *ev) { srv_session_emit(L(l)->srv, L(l)->ss, ev); }
+void srv_link_audio(srv_link *l, const void *data, size_t len) { on_audio(srv_link_srv(l), L(l)->ss, data, len); }
+void srv_link_flush(srv_link *l, int end_of_stream) { on_stop(srv_link_srv(l), L(l)->ss, end_of_stream); }
+void srv_link_note(srv_link *l, cJSON *ev) { srv_session_emit(srv_link_srv(l), L(l)->ss, ev); }
 
 void srv_link_send(srv_link *l, char *json) {
     conn *c = L(l);
@@ -798,7 +798,6 @@ static void admit_session(srv *s, struct lws *wsi, conn *c, const char *uri, con
 
 static int on_established(srv *s, struct lws *wsi, conn *c) {
     memset(c, 0, sizeof *c);
-    c->srv = s;
     char uri[256] = "";
     lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
     const char *full = conn_admit(s, wsi, c);

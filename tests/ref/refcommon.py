@@ -1,6 +1,7 @@
 """Shared helpers for sotto's reference tests and benchmarks: the dev-set
 manifest, Whisper's English text normalizer, WER, and running the sotto CLI.
 """
+import hashlib
 import json
 import os
 import subprocess
@@ -125,8 +126,9 @@ _binary_digests = {}
 last_cached = 0  # how many results the latest run_sotto call took from SOTTO_TEST_CACHE
 
 
-def _cache_key(sotto, model, extra, threads, path):
-    import hashlib
+def _run_key(sotto, model, extra, threads):
+    """What a result depends on besides the audio file: the binary's SHA-256 (hashed
+    once per binary), the model files, the options and the thread count."""
     b = os.path.realpath(sotto)
     st = os.stat(b)
     k = (b, st.st_size, st.st_mtime_ns)
@@ -136,8 +138,7 @@ def _cache_key(sotto, model, extra, threads, path):
     # the CLI's default ("all cores") is OpenMP's: the CPUs this process may run on,
     # unless OMP_NUM_THREADS says otherwise
     n = threads or os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0))
-    text = json.dumps([_binary_digests[k], _model_id(model), list(extra), str(n), _file_id(path)])
-    return hashlib.sha256(text.encode()).hexdigest()
+    return json.dumps([_binary_digests[k], _model_id(model), list(extra), str(n)])
 
 
 def run_sotto(sotto, model, files, extra=(), threads=None, timeout=3600):
@@ -153,8 +154,9 @@ def run_sotto(sotto, model, files, extra=(), threads=None, timeout=3600):
     out, keys = {}, {}
     if cache:
         os.makedirs(cache, exist_ok=True)
+        run_key = _run_key(sotto, model, extra, threads)
         for f in files:
-            keys[f] = _cache_key(sotto, model, extra, threads, f)
+            keys[f] = hashlib.sha256((run_key + _file_id(f)).encode()).hexdigest()
             try:
                 with open(os.path.join(cache, keys[f] + ".json")) as fh:
                     out[f] = dict(json.load(fh), file=f)

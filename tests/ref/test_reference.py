@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+import refcommon
 from refcommon import DEFAULT_MANIFEST, corpus_wer, load_manifest, normalize, read_wav_16k, run_sotto
 
 
@@ -45,7 +46,6 @@ def main():
     ours = run_sotto(args.sotto, args.model, files, ["--beam", "1", "--temperature", "0"],
                      threads=args.threads)
     t_sotto = time.time() - t0
-    import refcommon
     cached = refcommon.last_cached
     t0 = time.time()
     if args.reference_json:
