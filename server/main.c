@@ -91,6 +91,7 @@ int main(int argc, char **argv) {
     pthread_cond_init(&s.model_cv, NULL);
     pthread_cond_init(&s.load_cv, NULL);
     pthread_mutex_init(&s.load_lock, NULL);
+    pthread_mutex_init(&s.wake_lock, NULL);
     srv_batch_init(&s);
     pthread_mutex_init(&s.tokens_lock, NULL);
     s.load_params = sotto_load_default_params();

@@ -192,6 +192,11 @@ typedef struct srv_mark {
 typedef struct srv_session {
     struct srv_session *next;
     srv *srv;
+    /* the wake-up list (srv->wake_lock): sessions with something for the service
+       thread to do (new events, a state change); only sessions in the table */
+    struct srv_session *wake_next;
+    int on_wake_list;
+    int in_table;
     uint64_t id;
     char id_str[24], token[40];
     pthread_mutex_t lock;
@@ -309,6 +314,13 @@ struct srv {
     srv_session *sessions;
     int n_sessions;
     uint64_t next_id;
+    /* Sessions to look at in the next wake-up (srv_session_wake): the service thread
+       visits these instead of every session. wake_lock is taken last (after srv->lock
+       and a session's lock), never held while taking another. */
+    pthread_mutex_t wake_lock;
+    srv_session *wake_list;
+    _Atomic int wake_all;     /* srv_wake: the next wake-up visits every session */
+    double scanned_all_at;    /* when it last did (service thread) */
     /* Feeds (feed.c), under lock: the records of ended feeds, kept for their
        captions (at most SRV_FEEDS_ENDED_MAX; references of their own), and the
        key that first published each name (at most SRV_FEEDS_OWNED_MAX). */
@@ -350,7 +362,17 @@ struct srv {
 };
 
 double srv_now(void); /* monotonic seconds */
-void srv_wake(srv *s);  /* wakes the service thread (any thread) */
+/* Wakes the service thread (any thread; async-signal-safe) to look at every
+ * session: for changes that are not one session's (a signal, a model load
+ * failing, Redis back, housekeeping). */
+void srv_wake(srv *s);
+/* Wakes the service thread to look at ss only (its new events, its state);
+ * any thread, with or without ss's lock, holding a reference to ss. A session
+ * no longer in the table is not queued. */
+void srv_session_wake(srv *s, srv_session *ss);
+/* Takes the queued sessions (srv->lock held; wake_next links them); they
+ * stay valid while srv->lock is held. */
+srv_session *srv_wake_list_take_locked(srv *s);
 
 /* sessions (session.c) */
 srv_session *srv_session_new(srv *s);

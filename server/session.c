@@ -17,7 +17,28 @@ double srv_now(void) {
 }
 
 void srv_wake(srv *s) {
+    atomic_store(&s->wake_all, 1);
     if (s->ctx) lws_cancel_service(s->ctx);
+}
+
+void srv_session_wake(srv *s, srv_session *ss) {
+    pthread_mutex_lock(&s->wake_lock);
+    if (ss->in_table && !ss->on_wake_list) {
+        ss->wake_next = s->wake_list;
+        s->wake_list = ss;
+        ss->on_wake_list = 1;
+    }
+    pthread_mutex_unlock(&s->wake_lock);
+    if (s->ctx) lws_cancel_service(s->ctx);
+}
+
+srv_session *srv_wake_list_take_locked(srv *s) {
+    pthread_mutex_lock(&s->wake_lock);
+    srv_session *list = s->wake_list;
+    s->wake_list = NULL;
+    for (srv_session *ss = list; ss; ss = ss->wake_next) ss->on_wake_list = 0;
+    pthread_mutex_unlock(&s->wake_lock);
+    return list;
 }
 
 static void random_hex(char *out, int bytes) {
@@ -48,6 +69,7 @@ srv_session *srv_session_new(srv *s) {
     ss->next = s->sessions;
     s->sessions = ss;
     s->n_sessions++;
+    ss->in_table = 1; /* nobody can wake it before it is in the table */
     pthread_mutex_unlock(&s->lock);
     atomic_fetch_add(&s->m.sessions_total, 1);
     return ss;
@@ -85,6 +107,15 @@ static int unlink_locked(srv *s, srv_session *ss) {
         if (*p == ss) {
             *p = ss->next;
             s->n_sessions--;
+            pthread_mutex_lock(&s->wake_lock); /* out of the wake-up list with it */
+            if (ss->on_wake_list) {
+                srv_session **w = &s->wake_list;
+                while (*w != ss) w = &(*w)->wake_next;
+                *w = ss->wake_next;
+                ss->on_wake_list = 0;
+            }
+            ss->in_table = 0;
+            pthread_mutex_unlock(&s->wake_lock);
             return --ss->refs == 0;
         }
     }
@@ -239,7 +270,7 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     }
     if (is_ack) ss->last_ack_seq = seq;
     if (partial) ss->last_partial_seq = seq;
-    if (s->ctx) lws_cancel_service(s->ctx);
+    srv_session_wake(s, ss);
 }
 
 void srv_session_emit(srv *s, srv_session *ss, cJSON *ev) {

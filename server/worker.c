@@ -628,10 +628,10 @@ static void *worker_main(void *arg) {
         for (int i = 0; i < n_init; i++) init[i]->worker_busy = 0;
         for (int i = 0; i < n_batch; i++) batch[i]->worker_busy = 0;
         pthread_mutex_unlock(&s->lock);
-        for (int i = 0; i < n_init; i++) srv_session_unref(s, init[i]);
-        for (int i = 0; i < n_batch; i++) srv_session_unref(s, batch[i]);
-        for (int i = 0; i < n_finish; i++) srv_session_unref(s, finish[i]);
-        srv_wake(s);
+        /* the service thread looks at these sessions (their events, a finish), not at all */
+        for (int i = 0; i < n_init; i++) srv_session_wake(s, init[i]), srv_session_unref(s, init[i]);
+        for (int i = 0; i < n_batch; i++) srv_session_wake(s, batch[i]), srv_session_unref(s, batch[i]);
+        for (int i = 0; i < n_finish; i++) srv_session_wake(s, finish[i]), srv_session_unref(s, finish[i]);
         pthread_mutex_lock(&s->lock);
     }
     pthread_mutex_unlock(&s->lock);

@@ -572,40 +572,61 @@ static int move_session(srv *s, srv_session *ss) {
 
 /* After a wake-up: connections with something to send get a writeable
  * callback; expired sessions go; a draining server stops sessions. */
+/* What a wake-up does for one session (srv->lock and its lock held): ask for a
+ * writable callback if it has events to send or is closing, checkpoint it if it
+ * is detached (or Redis came back), renew its feed record, wake its viewers.
+ * Returns 1 while the session is busy (for the drain). */
+static int wake_session_locked(srv *s, srv_session *ss, int refresh_feeds) {
+    int pending = ss->sent_upto + 1 < ss->next_seq || ss->closing;
+    if (ss->wsi && pending) lws_callback_on_writable(ss->wsi);
+    /* live sessions checkpoint from their acks and passes; here: detached ones, and every
+       one after a Redis outage (wake-ups come with every event: keep this cheap) */
+    if (s->persist && (!ss->wsi || ss->ckpt_gen_seen != atomic_load(&s->ckpt_gen)))
+        srv_checkpoint_maybe_locked(s, ss, 0);
+    if (refresh_feeds && ss->feed[0] && ss->state >= SESS_LOADING && ss->state <= SESS_STOPPING)
+        srv_feed_remote_refresh(s, ss);
+    if (ss->n_viewers && (ss->next_seq - 1 > ss->viewers_woken_seq || ss->state == SESS_DONE)) {
+        /* feed viewers: new events, or the end */
+        ss->viewers_woken_seq = ss->next_seq - 1;
+        for (int v = 0; v < ss->n_viewers; v++) lws_callback_on_writable(ss->viewers[v]);
+    }
+    /* a session is busy until it is done and its connection has written everything
+       and closed */
+    return ss->state == SESS_LOADING || ss->state == SESS_RUNNING || ss->state == SESS_STOPPING ||
+           (ss->wsi && pending);
+}
+
+/* The service thread's wake-up (lws_cancel_service from any thread). Usually it
+ * visits only the sessions that asked (srv_session_wake: new events, a state
+ * change), so a wake-up costs the same with 10 or 10,000 idle sessions. It
+ * visits (and reaps) every session after srv_wake, while draining, when live
+ * feeds' records are due for renewal, and at least once a second (detached
+ * sessions' grace, their checkpoints). */
 static void service_wakeup(srv *s) {
-    srv_sessions_reap(s);
     int draining = atomic_load(&s->draining);
     if (draining && s->drain_started == 0) s->drain_started = srv_now();
+    double now = srv_now();
+    int refresh_feeds = s->persist && now - s->feeds_refreshed > 20;
+    if (refresh_feeds) s->feeds_refreshed = now;
+    int all = atomic_exchange(&s->wake_all, 0) || draining || refresh_feeds ||
+              now - s->scanned_all_at >= 1.0;
+    if (all) srv_sessions_reap(s); /* detached sessions past their grace, --max-detached */
     srv_session *to_stop[256];
     int n_stop = 0, active = 0;
-    int refresh_feeds = s->persist && srv_now() - s->feeds_refreshed > 20;
-    if (refresh_feeds) s->feeds_refreshed = srv_now();
     pthread_mutex_lock(&s->lock);
-    for (srv_session *ss = s->sessions; ss; ss = ss->next) {
+    srv_session *list = srv_wake_list_take_locked(s); /* in the table: valid under srv->lock */
+    if (all) {
+        s->scanned_all_at = now;
+        list = s->sessions;
+    }
+    for (srv_session *ss = list; ss; ss = all ? ss->next : ss->wake_next) {
         pthread_mutex_lock(&ss->lock);
-        int pending = ss->sent_upto + 1 < ss->next_seq || ss->closing;
-        /* a session is busy until it is done and its connection has written everything
-           and closed */
-        if (ss->state == SESS_LOADING || ss->state == SESS_RUNNING || ss->state == SESS_STOPPING ||
-            (ss->wsi && pending))
-            active++;
+        active += wake_session_locked(s, ss, refresh_feeds);
         if (draining && n_stop < 256 &&
             (ss->state == SESS_RUNNING || ss->state == SESS_LOADING ||
              (ss->state == SESS_NEW && ss->wsi && !ss->closing))) {
             ss->refs++;
             to_stop[n_stop++] = ss;
-        }
-        if (ss->wsi && pending) lws_callback_on_writable(ss->wsi);
-        /* live sessions checkpoint from their acks and passes; here: detached ones, and every
-           one after a Redis outage (wake-ups come with every event: keep this cheap) */
-        if (s->persist && (!ss->wsi || ss->ckpt_gen_seen != atomic_load(&s->ckpt_gen)))
-            srv_checkpoint_maybe_locked(s, ss, 0);
-        if (refresh_feeds && ss->feed[0] && ss->state >= SESS_LOADING && ss->state <= SESS_STOPPING)
-            srv_feed_remote_refresh(s, ss);
-        if (ss->n_viewers && (ss->next_seq - 1 > ss->viewers_woken_seq || ss->state == SESS_DONE)) {
-            /* feed viewers: new events, or the end */
-            ss->viewers_woken_seq = ss->next_seq - 1;
-            for (int v = 0; v < ss->n_viewers; v++) lws_callback_on_writable(ss->viewers[v]);
         }
         pthread_mutex_unlock(&ss->lock);
     }
