@@ -23,7 +23,7 @@ die() { echo "setup: $*" >&2; exit 1; }
 PACKAGES=(
   build-essential cmake pkg-config git ca-certificates
   libopenblas-openmp-dev zlib1g-dev libspeexdsp-dev libcjson-dev
-  libwebsockets-dev libssl-dev libopus-dev portaudio19-dev libsndfile1-dev libogg-dev
+  libwebsockets-dev libwebsockets-evlib-ev libev-dev libssl-dev libopus-dev portaudio19-dev libsndfile1-dev libogg-dev
   libhiredis-dev
   python3 python3-pip python3-venv unzip espeak-ng sox openssl
 )

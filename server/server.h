@@ -305,6 +305,7 @@ typedef struct srv_batch {
 struct srv {
     srv_options opt;
     struct lws_context *ctx;
+    void *evloop; /* the service thread's libev loop (struct ev_loop *); NULL: lws's poll() */
     pthread_mutex_t lock;
     pthread_cond_t work;      /* the worker waits on it */
     pthread_cond_t model_cv;  /* a variant finished loading (srv_model.loading) */

@@ -9,6 +9,7 @@
 
 #include "log.h"
 
+#include <ev.h>
 #include <libwebsockets.h>
 #include <stdlib.h>
 #include <string.h>
@@ -640,6 +641,7 @@ static void service_wakeup(srv *s) {
     active += srv_batch_busy(s);
     if (draining && (active == 0 || srv_now() - s->drain_started > s->opt.drain_s))
         atomic_store(&s->stop, 1);
+    if (atomic_load(&s->stop) && s->evloop) ev_break(s->evloop, EVBREAK_ALL); /* srv_gateway_loop returns */
 }
 
 /* ---- feed viewers ---------------------------------------------------------------------- */
@@ -1136,7 +1138,25 @@ int srv_gateway_create(srv *s) {
         info.ssl_cert_filepath = s->opt.tls_cert;
         info.ssl_private_key_filepath = s->opt.tls_key;
     }
-    s->ctx = lws_create_context(&info);
+    /* The service thread runs a libev loop (epoll) that lws joins through its event-lib
+       plugin (libwebsockets-evlib-ev). lws's own loop is poll(), which walks every open
+       connection on every wake-up: with 1,000 idle connections a ping's round trip cost
+       the server 15x the CPU (docs/PERF.md). Without the plugin, the poll() loop serves. */
+    void *loops[1] = {ev_loop_new(EVFLAG_AUTO)};
+    if (loops[0]) {
+        info.options |= LWS_SERVER_OPTION_LIBEV;
+        info.foreign_loops = loops;
+        s->ctx = lws_create_context(&info);
+        if (s->ctx) {
+            s->evloop = loops[0];
+        } else {
+            ev_loop_destroy(loops[0]);
+            SOTTO_WARN("lws cannot use the libev loop (is libwebsockets-evlib-ev installed?): using poll()");
+            info.options &= ~(uint64_t)LWS_SERVER_OPTION_LIBEV;
+            info.foreign_loops = NULL;
+        }
+    }
+    if (!s->ctx) s->ctx = lws_create_context(&info);
     if (!s->ctx) {
         SOTTO_ERROR("cannot listen on %s:%d (port in use? unreadable TLS files?)",
                     s->opt.host[0] ? s->opt.host : "*", s->opt.port);
@@ -1148,12 +1168,16 @@ int srv_gateway_create(srv *s) {
 }
 
 void srv_gateway_loop(srv *s) {
-    while (!atomic_load(&s->stop))
-        if (lws_service(s->ctx, 0) < 0) break;
+    while (!atomic_load(&s->stop)) {
+        if (s->evloop) ev_run(s->evloop, 0); /* until service_wakeup sees stop */
+        else if (lws_service(s->ctx, 0) < 0) break;
+    }
 }
 
 void srv_gateway_destroy(srv *s) {
     if (s->ctx) lws_context_destroy(s->ctx);
+    if (s->evloop) ev_loop_destroy(s->evloop);
+    s->evloop = NULL;
     free(s->conn_ips);
     s->conn_ips = NULL;
     s->n_conn_ips = s->cap_conn_ips = 0;
