@@ -88,6 +88,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
     srv_metrics *m = &s->m;
     int active = 0, detached = 0, queued = 0, viewers = 0;
     pthread_mutex_lock(&s->lock);
+    const int held = s->n_sessions;
     for (srv_session *ss = s->sessions; ss; ss = ss->next) {
         if (ss->state == SESS_LOADING || ss->state == SESS_RUNNING || ss->state == SESS_STOPPING) {
             active++;
@@ -107,6 +108,8 @@ char *srv_metrics_render(srv *s, size_t *len) {
     gauge(&o, "sotto_sessions_detached", "active sessions waiting for their client to resume",
           detached);
     gauge(&o, "sotto_queue_passes", "sessions with a decode pass due", queued);
+    gauge(&o, "sotto_sessions_held",
+          "sessions in the table: connected (started or not), detached, or not yet reaped", held);
     counter(&o, "sotto_sessions_total", "WebSocket sessions opened", atomic_load(&m->sessions_total));
     counter(&o, "sotto_sessions_rejected_total", "sessions refused (max sessions)",
             atomic_load(&m->sessions_rejected));

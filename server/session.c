@@ -154,7 +154,8 @@ static srv_session *oldest_detached_locked(srv *s) {
     return oldest;
 }
 
-void srv_sessions_reap(srv *s) {
+/* One batch of srv_sessions_reap: returns how many it freed (at most 64). */
+static int reap_batch(srv *s) {
     double now = srv_now();
     srv_session *dead[64];
     int n = 0, evicted = 0, let_go = 0;
@@ -190,6 +191,13 @@ void srv_sessions_reap(srv *s) {
     for (int i = 0; i < n; i++) {
         sotto_log(SOTTO_LOG_INFO, dead[i]->id, "session ended");
         session_free(s, dead[i]);
+    }
+    return n;
+}
+
+void srv_sessions_reap(srv *s) {
+    /* all of them: thousands of connections can close between two wake-ups that reap */
+    while (reap_batch(s) == 64) {
     }
 }
 

@@ -43,7 +43,9 @@ slot leaked); every
 text message the server sent any client parses as JSON; the server stays
 healthy; RSS stays under --max-rss-mb and grows less than --max-rss-growth-mb
 from the first third of the attack to the last; open descriptors return
-within 16 of the pre-attack count once the clients are gone; the server
+within 16 of the pre-attack count once the clients are gone, and within 5 s
+every session of theirs but those awaiting a resume leaves the table
+(sotto_sessions_held == sotto_sessions_detached); the server
 exits 0 on SIGTERM; no sanitizer report in its stderr.
 
   test_soak.py --server build-asan/sotto-server            # long form: 180 s of attack
@@ -603,6 +605,16 @@ async def attack_phase(args, srv, st, pcm, ref, audio1):
     rss, fds = proc_sample(srv.proc.pid)
     st.samples.append((time.monotonic() - t0, rss, fds, None))
     st.fds_after = fds
+    # and the sessions of those connections must leave the table (reaped), not pile up:
+    # the only ones kept are started sessions waiting for their client to resume
+    t_rec, st.held_after, st.detached_after = time.monotonic(), None, None
+    while time.monotonic() - t_rec < 5.0:
+        m = srv.metrics()
+        st.held_after, st.detached_after = m.get("sotto_sessions_held"), m.get("sotto_sessions_detached")
+        if st.held_after is not None and st.held_after == st.detached_after:
+            break
+        await asyncio.sleep(0.25)
+    st.held_wait = time.monotonic() - t_rec
     return res, audio, reps, t_legit, attack_end
 
 
@@ -746,6 +758,10 @@ def main():
               f"peak {peak_fds} (before {st.fds_before})")
         ck.ok("open descriptors back within 16 of the pre-attack count once the clients are gone",
               st.fds_after <= st.fds_before + 16, f"before {st.fds_before}, after {st.fds_after}")
+        ck.ok("within 5 s of its clients, every session of the attack left the table but those awaiting "
+              "a resume (sotto_sessions_held == sotto_sessions_detached)",
+              st.held_after is not None and st.held_after == st.detached_after,
+              f"{st.held_after} held, {st.detached_after} detached, after {st.held_wait:.1f} s")
     finally:
         rc_exit = srv.stop(timeout=60)
     ck.ok("the server exits 0 on SIGTERM", rc_exit == 0, f"exit {rc_exit}")
