@@ -7,7 +7,7 @@
  *              x += fc2(GELU(fc1(LN(x))))
  *   logits = LN(x) emb^T
  */
-#include "gpu.h"
+#include "backend.h"
 #include "ops.h"
 #include "state.h"
 
@@ -185,15 +185,9 @@ int sotto_decode_tokens(const sotto_model *m, sotto_workspace *ws, sotto_state *
     for (int i = 0; i < n_tokens; i++) rr[i] = (row_ref){st, seq, p0 + i};
     int rc = embed(m, tokens, rr, n_tokens, x, err);
     if (rc) return rc;
-    if (m->gpu) {
-        if ((rc = sotto_gpu_decode(m, ws, rr, n_tokens, 1, x, want, n_want, logits, err))) return rc;
-        st->seq_len[seq] = p0 + n_tokens;
-        return SOTTO_OK;
-    }
-    if ((rc = run_layers(m, ws, rr, n_tokens, 1, x, err))) return rc;
+    if ((rc = m->be->decode(m, ws, rr, n_tokens, 1, x, want, n_want, logits, err))) return rc;
     st->seq_len[seq] = p0 + n_tokens;
-    if (n_want > 0) rc = project(m, ws, x, want, n_want, logits, err);
-    return rc;
+    return SOTTO_OK;
 }
 
 int sotto_decode_step(const sotto_model *m, sotto_workspace *ws, sotto_state *const *states,
@@ -215,12 +209,15 @@ int sotto_decode_step(const sotto_model *m, sotto_workspace *ws, sotto_state *co
     }
     int rc = embed(m, tokens, rows, n, x, err);
     if (rc) return rc;
-    if (m->gpu) {
-        if ((rc = sotto_gpu_decode(m, ws, rows, n, 0, x, NULL, n, logits, err))) return rc;
-        for (int i = 0; i < n; i++) rows[i].st->seq_len[rows[i].seq] = rows[i].pos + 1;
-        return SOTTO_OK;
-    }
-    if ((rc = run_layers(m, ws, rows, n, 0, x, err))) return rc;
+    if ((rc = m->be->decode(m, ws, rows, n, 0, x, NULL, n, logits, err))) return rc;
     for (int i = 0; i < n; i++) rows[i].st->seq_len[rows[i].seq] = rows[i].pos + 1;
-    return project(m, ws, x, NULL, n, logits, err);
+    return SOTTO_OK;
+}
+
+int sotto_cpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_ref *rows, int n,
+                     int prompt, float *x, const int *want, int n_want, float *logits,
+                     sotto_err *err) {
+    int rc = run_layers(m, ws, rows, n, prompt, x, err);
+    if (!rc && n_want > 0) rc = project(m, ws, x, want, n_want, logits, err);
+    return rc;
 }

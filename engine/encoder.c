@@ -1,12 +1,13 @@
-/* encoder.c - Whisper's audio encoder on the CPU and the decoder's
- * cross-attention K/V, computed once per 30 s window, or over its first
- * n_ctx positions only (sotto_encode_batch_ctx: work that follows the audio).
+/* encoder.c - Whisper's audio encoder and the decoder's cross-attention K/V,
+ * computed once per 30 s window, or over its first n_ctx positions only
+ * (sotto_encode_batch_ctx: work that follows the audio). The checks here, the
+ * work on the model's backend (backend.h); the CPU's is below.
  *
  *   x = GELU(conv2(GELU(conv1(mel)))) + pos            [T = 1500][d]
  *   per layer: x += o(attn(LN(x)));  x += fc2(GELU(fc1(LN(x))))
  *   enc_out = LN(x)
  */
-#include "gpu.h"
+#include "backend.h"
 #include "ops.h"
 #include "state.h"
 
@@ -26,9 +27,7 @@ static int oom(sotto_err *err) {
 
 int sotto_encode_batch_ctx(const sotto_model *m, sotto_workspace *ws, sotto_state *const *sts,
                            const float *const *mels, const int *n_ctx, int B, sotto_err *err) {
-    const sotto_hparams *hp = &m->hp;
-    const int T = hp->n_audio_ctx, T2 = 2 * T, d = hp->n_audio_state, nm = hp->n_mels;
-    const int H = hp->n_audio_head, dh = d / H, ff = hp->n_audio_ff;
+    const int T = m->hp.n_audio_ctx;
     if (B < 1) return sotto_err_set(err, SOTTO_E_INVALID, "encoder batch of %d windows", B);
     for (int b = 0; b < B; b++) {
         if (sts[b]->m != m) return sotto_err_set(err, SOTTO_E_INVALID, "state belongs to another model");
@@ -38,11 +37,14 @@ int sotto_encode_batch_ctx(const sotto_model *m, sotto_workspace *ws, sotto_stat
             return sotto_err_set(err, SOTTO_E_INVALID, "window %d: %d encoder positions, not 1..%d", b,
                                  n_ctx[b], T);
     }
-    if (m->gpu) { /* the GPU backend encodes whole windows */
-        int rc = sotto_gpu_encode_batch(m, ws, sts, mels, B, err);
-        for (int b = 0; !rc && b < B; b++) sts[b]->n_ctx = T;
-        return rc;
-    }
+    return m->be->encode_batch(m, ws, sts, mels, n_ctx, B, err);
+}
+
+int sotto_cpu_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_state *const *sts,
+                           const float *const *mels, const int *n_ctx, int B, sotto_err *err) {
+    const sotto_hparams *hp = &m->hp;
+    const int T = hp->n_audio_ctx, T2 = 2 * T, d = hp->n_audio_state, nm = hp->n_mels;
+    const int H = hp->n_audio_head, dh = d / H, ff = hp->n_audio_ff;
     /* window b's rows of the activations start at row OFF(b) */
 #define OFF(b) win_offset(n_ctx, T, (b))
     const size_t BT = OFF(B);

@@ -31,6 +31,8 @@
 
 #define SKINNY_MAX 32
 
+static const sotto_backend k_cuda; /* the table, at the end */
+
 typedef struct gln {
     float *g, *b;
 } gln;
@@ -49,6 +51,8 @@ typedef struct gdec {
     gln attn_ln, cross_ln, mlp_ln;
     glin q, k, v, o, cq, ck, cv, co, fc1, fc2;
 } gdec;
+
+typedef struct sotto_gpu_model sotto_gpu_model;
 
 struct sotto_gpu_model {
     unsigned long long id; /* unique per upload: keys the decoder-step graphs */
@@ -131,7 +135,9 @@ static int up_lin(sotto_gpu_model *g, const sotto_lin *l, int part, glin *out, s
     return SOTTO_OK;
 }
 
-sotto_gpu_model *sotto_gpu_model_create(const sotto_model *m, sotto_err *err) {
+static void gmodel_free(sotto_gpu_model *g);
+
+static sotto_gpu_model *gmodel_create(const sotto_model *m, sotto_err *err) {
     sotto_err local_err = {0};
     if (!err) err = &local_err;
     const sotto_hparams *hp = &m->hp;
@@ -139,7 +145,7 @@ sotto_gpu_model *sotto_gpu_model_create(const sotto_model *m, sotto_err *err) {
     if (g) g->enc = calloc((size_t)hp->n_audio_layer, sizeof *g->enc);
     if (g) g->dec = calloc((size_t)hp->n_text_layer, sizeof *g->dec);
     if (!g || !g->enc || !g->dec) {
-        sotto_gpu_model_free(g);
+        gmodel_free(g);
         sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
         return NULL;
     }
@@ -183,11 +189,11 @@ sotto_gpu_model *sotto_gpu_model_create(const sotto_model *m, sotto_err *err) {
     return g;
 fail:
     if (!err->code) sotto_err_set(err, SOTTO_E_INTERNAL, "cuda: uploading the weights failed");
-    sotto_gpu_model_free(g);
+    gmodel_free(g);
     return NULL;
 }
 
-void sotto_gpu_model_free(sotto_gpu_model *g) {
+static void gmodel_free(sotto_gpu_model *g) {
     if (!g) return;
     for (int i = 0; i < g->n_vecs; i++) sotto_cuda_free(g->vecs[i]);
     for (int i = 0; i < g->n_mats; i++) sotto_cuda_wmat_free(g->mats[i]);
@@ -198,56 +204,85 @@ void sotto_gpu_model_free(sotto_gpu_model *g) {
     free(g);
 }
 
-size_t sotto_gpu_model_part_bytes(const sotto_gpu_model *g, int part) {
+static const sotto_gpu_model *gmodel(const sotto_model *m) { return m->be_model; }
+
+static int cuda_model_upload(sotto_model *m, sotto_err *err) {
+    sotto_err local_err = {0};
+    if (!err) err = &local_err;
+    m->be_model = gmodel_create(m, err);
+    return m->be_model ? SOTTO_OK : err->code ? err->code : SOTTO_E_INTERNAL;
+}
+
+static void cuda_model_free(sotto_model *m) {
+    gmodel_free(m->be_model);
+    m->be_model = NULL;
+}
+
+static size_t cuda_model_part_bytes(const sotto_model *m, int part) {
+    const sotto_gpu_model *g = gmodel(m);
     return g && part >= 0 && part < SOTTO_PART_COUNT ? g->part_bytes[part] : 0;
 }
 
 /* ---- states ----------------------------------------------------------- */
 
-int sotto_gpu_state_alloc(sotto_state *st, sotto_err *err) {
+/* What a GPU state keeps besides its K/V caches (sotto_state.be_state). */
+typedef struct gstate {
+    float *d_enc_out;  /* the encoder output on the device */
+    int enc_out_stale; /* the host's enc_out not yet copied back */
+} gstate;
+
+static gstate *gst(const sotto_state *st) { return st->be_state; }
+
+static int cuda_state_alloc(sotto_state *st, sotto_err *err) {
     sotto_err local_err = {0};
     if (!err) err = &local_err;
     const sotto_hparams *hp = &st->m->hp;
     size_t cross = (size_t)hp->n_text_layer * hp->n_audio_ctx * hp->n_text_state;
     size_t self = (size_t)hp->n_text_layer * st->max_seqs * hp->n_text_ctx * hp->n_text_state;
-    st->on_gpu = 1;
+    gstate *g = calloc(1, sizeof *g);
+    if (!g) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for a decoder state");
+    st->be_state = g;
     if (!(st->cross_k = sotto_cuda_malloc(sizeof(float) * cross, err)) ||
         !(st->cross_v = sotto_cuda_malloc(sizeof(float) * cross, err)) ||
         !(st->self_k = sotto_cuda_malloc(sizeof(float) * self, err)) ||
         !(st->self_v = sotto_cuda_malloc(sizeof(float) * self, err)) ||
-        !(st->d_enc_out =
+        !(g->d_enc_out =
               sotto_cuda_malloc(sizeof(float) * (size_t)hp->n_audio_ctx * hp->n_audio_state, err)))
         return err->code;
     return SOTTO_OK;
 }
 
-void sotto_gpu_state_release(sotto_state *st) {
+static void cuda_state_free(sotto_state *st) {
     sotto_cuda_free(st->cross_k);
     sotto_cuda_free(st->cross_v);
     sotto_cuda_free(st->self_k);
     sotto_cuda_free(st->self_v);
-    sotto_cuda_free(st->d_enc_out);
-    st->cross_k = st->cross_v = st->self_k = st->self_v = st->d_enc_out = NULL;
+    st->cross_k = st->cross_v = st->self_k = st->self_v = NULL;
+    gstate *g = gst(st);
+    if (g) sotto_cuda_free(g->d_enc_out);
+    free(g);
+    st->be_state = NULL;
 }
 
-int sotto_gpu_state_fetch_encoder_output(sotto_state *st, sotto_err *err) {
-    if (!st->enc_out_stale) return SOTTO_OK;
+static int cuda_state_fetch_encoder_output(sotto_state *st, sotto_err *err) {
+    gstate *g = gst(st);
+    if (!g->enc_out_stale) return SOTTO_OK;
     const sotto_hparams *hp = &st->m->hp;
-    int rc = sotto_cuda_copy(st->enc_out, st->d_enc_out,
+    int rc = sotto_cuda_copy(st->enc_out, g->d_enc_out,
                              sizeof(float) * (size_t)hp->n_audio_ctx * hp->n_audio_state, 0, err);
-    if (!rc) st->enc_out_stale = 0;
+    if (!rc) g->enc_out_stale = 0;
     return rc;
 }
 
-void *sotto_gpu_alloc(size_t bytes, sotto_err *err) { return sotto_cuda_malloc(bytes, err); }
-void sotto_gpu_release(void *p) { sotto_cuda_free(p); }
+static void *cuda_buf_alloc(size_t bytes) { return sotto_cuda_malloc(bytes, NULL); }
+static void cuda_buf_free(void *p) { sotto_cuda_free(p); }
 
-int sotto_gpu_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
+static int cuda_buf_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, sotto_cuda_get_stream());
     return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "device copy");
 }
 
-int sotto_gpu_sync(sotto_err *err) {
+static int cuda_sync(sotto_err *err) {
     cudaError_t e = cudaStreamSynchronize(sotto_cuda_get_stream());
     return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "device copy");
 }
@@ -292,7 +327,7 @@ typedef struct gws {
 } gws;
 
 static gws *get_gws(sotto_workspace *ws, sotto_err *err) {
-    gws *w = ws->gpu;
+    gws *w = ws->be_scratch_owner == &k_cuda ? ws->be_scratch : NULL;
     if (!w) {
         w = calloc(1, sizeof *w);
         if (w) w->rows_host = calloc(SKINNY_MAX, sizeof *w->rows_host);
@@ -325,14 +360,15 @@ static gws *get_gws(sotto_workspace *ws, sotto_err *err) {
         cublasSetMathMode(w->blas, w->gemm == GEMM_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
         cublasSetStream(w->blas, w->stream);
         w->use_graphs = !(graphs && !strcmp(graphs, "0"));
-        ws->gpu = w;
+        ws->be_scratch = w;
+        ws->be_scratch_owner = &k_cuda;
     }
     /* this thread's kernels and copies go to the workspace's stream */
     sotto_cuda_set_stream(w->stream);
     return w;
 }
 
-void sotto_gpu_ws_free(void *p) {
+static void cuda_ws_free(void *p) {
     gws *w = p;
     if (!w) return;
     cudaStreamSynchronize(w->stream);
@@ -449,19 +485,19 @@ static int enc_attention(gws *w, const float *q, const float *k, const float *v,
 
 /* ---- encoder ---------------------------------------------------------- */
 
-int sotto_gpu_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_state *const *sts,
-                           const float *const *mels, int B, sotto_err *err) {
+/* Whole windows: the GPU encodes every position (n_ctx is ignored; st->n_ctx = T). */
+static int cuda_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_state *const *sts,
+                             const float *const *mels, const int *n_ctx, int B, sotto_err *err) {
+    (void)n_ctx;
     sotto_err local_err = {0};
     if (!err) err = &local_err;
-    const sotto_gpu_model *g = m->gpu;
+    const sotto_gpu_model *g = gmodel(m);
     const sotto_hparams *hp = &m->hp;
     const int T = hp->n_audio_ctx, T2 = 2 * T, d = hp->n_audio_state, nm = hp->n_mels;
     const int H = hp->n_audio_head, dh = d / H, ff = hp->n_audio_ff;
     const size_t BT = (size_t)B * T;
     gws *w = get_gws(ws, err);
     if (!w) return err->code;
-    for (int b = 0; b < B; b++)
-        if (!sts[b]->on_gpu) return sotto_err_set(err, SOTTO_E_INVALID, "a CPU state for a GPU model");
     const int cw = nm > d ? nm : d;
     size_t nh = (size_t)T2 * cw > BT * d ? (size_t)T2 * cw : BT * d;
     size_t nf = (size_t)T2 * d > BT * ff ? (size_t)T2 * d : BT * ff;
@@ -517,13 +553,14 @@ int sotto_gpu_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_stat
     const size_t per_layer = (size_t)T * hp->n_text_state;
     for (int b = 0; b < B; b++) {
         sotto_state *st = sts[b];
-        if ((rc = sotto_cuda_layer_norm(x + (size_t)b * T * d, st->d_enc_out, T, d, g->enc_ln.g,
+        float *enc_out = gst(st)->d_enc_out;
+        if ((rc = sotto_cuda_layer_norm(x + (size_t)b * T * d, enc_out, T, d, g->enc_ln.g,
                                         g->enc_ln.b, 1e-5f, err)))
             return rc;
         for (int l = 0; l < hp->n_text_layer; l++) {
             const gdec *L = &g->dec[l];
-            if ((rc = glinear(w, &L->ck, st->d_enc_out, T, st->cross_k + l * per_layer, 0, err)) ||
-                (rc = glinear(w, &L->cv, st->d_enc_out, T, st->cross_v + l * per_layer, 0, err)))
+            if ((rc = glinear(w, &L->ck, enc_out, T, st->cross_k + l * per_layer, 0, err)) ||
+                (rc = glinear(w, &L->cv, enc_out, T, st->cross_v + l * per_layer, 0, err)))
                 return rc;
         }
     }
@@ -531,7 +568,8 @@ int sotto_gpu_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_stat
     if (e != cudaSuccess) return cuda_err(err, e, "encoder");
     for (int b = 0; b < B; b++) {
         sts[b]->encoded = 1;
-        sts[b]->enc_out_stale = 1;
+        sts[b]->n_ctx = T;
+        gst(sts[b])->enc_out_stale = 1;
         memset(sts[b]->seq_len, 0, sizeof(int) * (size_t)sts[b]->max_seqs);
     }
     return SOTTO_OK;
@@ -549,7 +587,7 @@ static float *self_at(const sotto_state *st, float *base, int layer, int seq, in
 static int enqueue_step(const sotto_model *m, gws *w, int n, const sotto_cuda_row *d_rows, float *x, float *h,
                         float *q, float *k, float *v, float *att, float *f, float *lg, float *xpart,
                         sotto_err *err) {
-    const sotto_gpu_model *g = m->gpu;
+    const sotto_gpu_model *g = gmodel(m);
     const sotto_hparams *hp = &m->hp;
     const int d = hp->n_text_state, H = hp->n_text_head, dh = d / H, ff = hp->n_text_ff;
     const float scale = 1.0f / sqrtf((float)dh);
@@ -585,7 +623,7 @@ static cudaGraphExec_t step_graph_get(const sotto_model *m, gws *w, int n, const
     w->clock++;
     for (int i = 0; i < MAX_GRAPHS; i++) {
         step_graph *e = &w->graphs[i];
-        if (e->exec && e->model_id == m->gpu->id && e->n == n && e->gen == w->gen) {
+        if (e->exec && e->model_id == gmodel(m)->id && e->n == n && e->gen == w->gen) {
             e->last_used = w->clock;
             return e->exec;
         }
@@ -614,7 +652,7 @@ static cudaGraphExec_t step_graph_get(const sotto_model *m, gws *w, int n, const
         cuda_err(err, e, "graph instantiate");
         return NULL;
     }
-    *slot = (step_graph){m->gpu->id, n, w->gen, exec, w->clock};
+    *slot = (step_graph){gmodel(m)->id, n, w->gen, exec, w->clock};
     return exec;
 }
 
@@ -670,20 +708,18 @@ static int decode_step(const sotto_model *m, gws *w, const sotto_row_ref *rows, 
     return SOTTO_OK;
 }
 
-int sotto_gpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_ref *rows, int n,
-                     int prompt, const float *x_host, const int *want, int n_want, float *logits,
-                     sotto_err *err) {
+static int cuda_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_ref *rows, int n,
+                       int prompt, float *x_host, const int *want, int n_want, float *logits,
+                       sotto_err *err) {
     sotto_err local_err = {0};
     if (!err) err = &local_err;
-    const sotto_gpu_model *g = m->gpu;
+    const sotto_gpu_model *g = gmodel(m);
     const sotto_hparams *hp = &m->hp;
     const int d = hp->n_text_state, H = hp->n_text_head, dh = d / H, ff = hp->n_text_ff;
     const int T = hp->n_audio_ctx, V = hp->n_vocab;
     const float scale = 1.0f / sqrtf((float)dh);
     gws *w = get_gws(ws, err);
     if (!w) return err->code;
-    for (int i = 0; i < n; i++)
-        if (!rows[i].st->on_gpu) return sotto_err_set(err, SOTTO_E_INVALID, "a CPU state for a GPU model");
     if (!prompt) { /* steps: rows are independent, so at most SKINNY_MAX at a time */
         if (want || n_want != n) return sotto_err_set(err, SOTTO_E_INVALID, "a decoder step returns every row's logits");
         for (int i = 0; i < n; i += SKINNY_MAX) {
@@ -713,9 +749,9 @@ int sotto_gpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_
             (rc = glinear(w, &L->q, h, n, q, 0, err)) || (rc = glinear(w, &L->k, h, n, k, 0, err)) ||
             (rc = glinear(w, &L->v, h, n, v, 0, err)))
             return rc;
-        if ((rc = sotto_gpu_copy(self_at(r->st, r->st->self_k, l, r->seq, r->pos), k, sizeof(float) * (size_t)n * d,
+        if ((rc = cuda_buf_copy(self_at(r->st, r->st->self_k, l, r->seq, r->pos), k, sizeof(float) * (size_t)n * d,
                                  err)) ||
-            (rc = sotto_gpu_copy(self_at(r->st, r->st->self_v, l, r->seq, r->pos), v, sizeof(float) * (size_t)n * d,
+            (rc = cuda_buf_copy(self_at(r->st, r->st->self_v, l, r->seq, r->pos), v, sizeof(float) * (size_t)n * d,
                                  err)) ||
             (rc = sotto_cuda_attention_causal(q, d, sotto_state_self(r->st, r->st->self_k, l, r->seq),
                                               sotto_state_self(r->st, r->st->self_v, l, r->seq), d, att, d, n,
@@ -741,7 +777,7 @@ int sotto_gpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_
         const float *sel = x;
         if (want) { /* gather the wanted rows into q */
             for (int i = 0; i < n_want; i++)
-                if ((rc = sotto_gpu_copy(q + (size_t)i * d, x + (size_t)want[i] * d, sizeof(float) * d, err)))
+                if ((rc = cuda_buf_copy(q + (size_t)i * d, x + (size_t)want[i] * d, sizeof(float) * d, err)))
                     return rc;
             sel = q;
         }
@@ -754,3 +790,24 @@ int sotto_gpu_decode(const sotto_model *m, sotto_workspace *ws, const sotto_row_
     cudaError_t e = cudaStreamSynchronize(w->stream);
     return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "decoder");
 }
+
+/* ---- the table ---------------------------------------------------------- */
+
+static const sotto_backend k_cuda = {
+    .name = "cuda",
+    .model_upload = cuda_model_upload,
+    .model_free = cuda_model_free,
+    .model_part_bytes = cuda_model_part_bytes,
+    .state_alloc = cuda_state_alloc,
+    .state_free = cuda_state_free,
+    .state_fetch_encoder_output = cuda_state_fetch_encoder_output,
+    .buf_alloc = cuda_buf_alloc,
+    .buf_free = cuda_buf_free,
+    .buf_copy = cuda_buf_copy,
+    .sync = cuda_sync,
+    .encode_batch = cuda_encode_batch,
+    .decode = cuda_decode,
+    .ws_free = cuda_ws_free,
+};
+
+const sotto_backend *sotto_backend_cuda(void) { return &k_cuda; }

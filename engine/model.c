@@ -5,6 +5,7 @@
 
 #include "calib.h"
 
+#include "backend.h"
 #include "gpu.h"
 
 #include "half.h"
@@ -726,23 +727,24 @@ static int place_model(sotto_model *m, sotto_device dev, sotto_err *err) {
             SOTTO_INFO("device auto: no usable GPU (%s); running on the CPU", why);
         return SOTTO_OK;
     }
-    m->gpu = sotto_gpu_model_create(m, err);
-    if (!m->gpu) return err && err->code ? err->code : SOTTO_E_INTERNAL;
+    const sotto_backend *be = sotto_backend_cuda(); /* probed: this build has it */
+    if (!be) return sotto_err_set(err, SOTTO_E_INTERNAL, "the GPU probe passed in a build without CUDA");
+    int rc = be->model_upload(m, err);
+    if (rc) return rc;
+    m->be = be;
     m->device = SOTTO_DEVICE_CUDA;
     snprintf(m->device_desc, sizeof m->device_desc, "%s", desc);
+    double part[3];
+    for (int i = 0; i < 3; i++) part[i] = be->model_part_bytes(m, i) / 1048576.0;
     SOTTO_INFO("%s: weights on %s: %.1f MiB (encoder %.1f, decoder %.1f, embedding %.1f)", m->dir,
-               desc, (sotto_gpu_model_part_bytes(m->gpu, 0) + sotto_gpu_model_part_bytes(m->gpu, 1) +
-                      sotto_gpu_model_part_bytes(m->gpu, 2)) / 1048576.0,
-               sotto_gpu_model_part_bytes(m->gpu, 0) / 1048576.0,
-               sotto_gpu_model_part_bytes(m->gpu, 1) / 1048576.0,
-               sotto_gpu_model_part_bytes(m->gpu, 2) / 1048576.0);
+               desc, part[0] + part[1] + part[2], part[0], part[1], part[2]);
     return SOTTO_OK;
 }
 
 sotto_device sotto_model_device(const sotto_model *m) { return m->device; }
 const char *sotto_model_device_desc(const sotto_model *m) { return m->device_desc; }
 size_t sotto_model_device_part_bytes(const sotto_model *m, int part) {
-    return sotto_gpu_model_part_bytes(m->gpu, part);
+    return m->be->model_part_bytes(m, part);
 }
 
 sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params, sotto_err *err) {
@@ -752,6 +754,7 @@ sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params,
         sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
         return NULL;
     }
+    m->be = &sotto_backend_cpu; /* place_model may move it */
     m->params = p;
     m->dir = strdup(dir);
     if (!m->dir) {
@@ -816,7 +819,7 @@ fail:
 void sotto_model_free(sotto_model *m) {
     if (!m) return;
     sotto_calib_free(m->calib);
-    sotto_gpu_model_free(m->gpu);
+    if (m->be && m->be->model_free) m->be->model_free(m);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     sotto_mapfile_close(&m->map);

@@ -122,7 +122,8 @@ struct sotto_model {
 
     sotto_device device;          /* where it runs: CPU or CUDA */
     char device_desc[160];        /* "cpu" or the GPU's name */
-    struct sotto_gpu_model *gpu;  /* the weights on the GPU (gpu.h), or NULL */
+    const struct sotto_backend *be; /* where the layers run (backend.h); never NULL */
+    void *be_model;               /* the backend's copy of the weights (opaque), or NULL */
 
     sotto_slot *slots;   /* kept after loading: snapshots are written from it */
     int n_slots;

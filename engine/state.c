@@ -1,5 +1,5 @@
 /* state.c - per-stream state and per-thread workspace management. */
-#include "gpu.h"
+#include "backend.h"
 #include "state.h"
 
 #include <stdlib.h>
@@ -10,7 +10,7 @@ sotto_workspace *sotto_workspace_create(void) { return calloc(1, sizeof(sotto_wo
 void sotto_workspace_free(sotto_workspace *ws) {
     if (!ws) return;
     for (int i = 0; i < WS_COUNT; i++) free(ws->buf[i]);
-    sotto_gpu_ws_free(ws->gpu);
+    if (ws->be_scratch && ws->be_scratch_owner) ws->be_scratch_owner->ws_free(ws->be_scratch);
     free(ws);
 }
 
@@ -44,23 +44,13 @@ sotto_state *sotto_state_create(const sotto_model *m, int max_seqs, sotto_err *e
     st->m = m;
     st->max_seqs = max_seqs;
     st->n_ctx = m->hp.n_audio_ctx;
-    size_t cross = (size_t)hp->n_text_layer * hp->n_audio_ctx * hp->n_text_state;
-    size_t self = (size_t)hp->n_text_layer * max_seqs * hp->n_text_ctx * hp->n_text_state;
     st->enc_out = alloc_floats((size_t)hp->n_audio_ctx * hp->n_audio_state);
     st->seq_len = calloc((size_t)max_seqs, sizeof(int));
     if (!st->enc_out || !st->seq_len) goto oom;
-    if (m->gpu) { /* K/V and the encoder output live on the device */
-        if (sotto_gpu_state_alloc(st, err)) {
-            sotto_state_free(st);
-            return NULL;
-        }
-        return st;
+    if (m->be->state_alloc(st, err)) { /* the K/V caches, where the backend keeps them */
+        sotto_state_free(st);
+        return NULL;
     }
-    st->cross_k = alloc_floats(cross);
-    st->cross_v = alloc_floats(cross);
-    st->self_k = alloc_floats(self);
-    st->self_v = alloc_floats(self);
-    if (!st->cross_k || !st->cross_v || !st->self_k || !st->self_v) goto oom;
     return st;
 oom:
     sotto_state_free(st);
@@ -71,16 +61,10 @@ oom:
 void sotto_state_free(sotto_state *st) {
     if (!st) return;
     free(st->enc_out);
-    if (st->on_gpu) {
-        sotto_gpu_state_release(st);
-    } else {
-        free(st->cross_k);
-        free(st->cross_v);
-        free(st->self_k);
-        free(st->self_v);
+    if (st->m) {
+        st->m->be->state_free(st);
+        st->m->be->buf_free(st->gather_tmp);
     }
-    if (st->on_gpu) sotto_gpu_release(st->gather_tmp);
-    else free(st->gather_tmp);
     free(st->seq_len);
     free(st);
 }
@@ -90,8 +74,8 @@ int sotto_state_max_seqs(const sotto_state *st) { return st->max_seqs; }
 const float *sotto_state_encoder_output(const sotto_state *st) {
     /* a GPU state copies it back on first use after each encode (the state
      * object itself is never const: only the callers' view of it is) */
-    if (st->on_gpu && st->enc_out_stale &&
-        sotto_gpu_state_fetch_encoder_output((sotto_state *)st, NULL))
+    const sotto_backend *be = st->m->be;
+    if (be->state_fetch_encoder_output && be->state_fetch_encoder_output((sotto_state *)st, NULL))
         return NULL;
     return st->enc_out;
 }
@@ -109,11 +93,9 @@ int sotto_state_seq_truncate(sotto_state *st, int seq, int len) {
     return SOTTO_OK;
 }
 
-/* memcpy, or a device-to-device copy for a GPU state. */
+/* A copy within the backend's memory (memcpy on the CPU; queued on a GPU). */
 static int copy_rows(const sotto_state *st, float *dst, const float *src, size_t bytes) {
-    if (st->on_gpu) return sotto_gpu_copy(dst, src, bytes, NULL);
-    memcpy(dst, src, bytes);
-    return SOTTO_OK;
+    return st->m->be->buf_copy(dst, src, bytes, NULL);
 }
 
 int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int n) {
@@ -135,12 +117,14 @@ int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int 
     /* the scratch is kept with the state: beam search gathers every step */
     size_t tmp_bytes = sizeof(float) * per * (size_t)n * 2;
     if (tmp_bytes > st->gather_cap) {
-        if (st->on_gpu) sotto_gpu_release(st->gather_tmp);
-        else free(st->gather_tmp);
+        /* at least double: the sequences grow by a row per step, and a device
+           allocation per step would cost more than the copies */
+        size_t cap = tmp_bytes > 2 * st->gather_cap ? tmp_bytes : 2 * st->gather_cap;
+        st->m->be->buf_free(st->gather_tmp);
         st->gather_cap = 0;
-        st->gather_tmp = st->on_gpu ? sotto_gpu_alloc(tmp_bytes, NULL) : malloc(tmp_bytes);
+        st->gather_tmp = st->m->be->buf_alloc(cap);
         if (!st->gather_tmp) return SOTTO_E_NOMEM;
-        st->gather_cap = tmp_bytes;
+        st->gather_cap = cap;
     }
     float *tmp = st->gather_tmp;
     int rc = SOTTO_OK;
@@ -162,7 +146,7 @@ int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int 
                                tmp + (size_t)(2 * i + 1) * per, bytes);
         }
     }
-    if (!rc && st->on_gpu) rc = sotto_gpu_sync(NULL); /* the copies are done before the call returns */
+    if (!rc && st->m->be->sync) rc = st->m->be->sync(NULL); /* the copies are done before the call returns */
     if (rc) return rc;
     for (int i = 0; i < n; i++) st->seq_len[dst[i]] = lens[i];
     return SOTTO_OK;

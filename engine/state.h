@@ -10,15 +10,15 @@ struct sotto_state {
     int max_seqs;
     int encoded;
     int n_ctx;               /* encoder positions of the last encode (<= n_audio_ctx) */
-    float *enc_out;          /* [n_audio_ctx][d], host memory */
-    /* On a GPU model (on_gpu) these four are device pointers (gpu.h): */
+    float *enc_out;          /* [n_audio_ctx][d], host memory (backend.h: fetched) */
+    /* The K/V caches, in the memory of the model's backend (backend.h: host
+       arrays on the CPU, device addresses on a GPU), read and written only by
+       that backend's code and its buf_copy: */
     float *cross_k, *cross_v; /* [n_text_layer][n_audio_ctx][d]; rows < n_ctx valid */
     float *self_k, *self_v;   /* [n_text_layer][max_seqs][n_text_ctx][d] */
+    void *be_state;           /* anything else the backend keeps per state (opaque; NULL on the CPU) */
     int *seq_len;             /* [max_seqs], host memory */
-    int on_gpu;
-    float *d_enc_out;         /* GPU: the encoder output on the device */
-    int enc_out_stale;        /* GPU: enc_out not yet copied back */
-    float *gather_tmp;        /* sotto_state_seq_gather's scratch (device memory on a GPU) */
+    float *gather_tmp;        /* sotto_state_seq_gather's scratch (the backend's memory) */
     size_t gather_cap;        /* its size in bytes */
 };
 
@@ -37,10 +37,12 @@ enum {
     WS_COUNT
 };
 
+struct sotto_backend;
 struct sotto_workspace {
     float *buf[WS_COUNT];
     size_t cap[WS_COUNT];
-    void *gpu; /* the GPU backend's per-thread scratch (gpu.h), or NULL */
+    void *be_scratch; /* a backend's per-thread scratch (backend.h), or NULL */
+    const struct sotto_backend *be_scratch_owner; /* whose ws_free frees it */
 };
 
 /* Buffer `which` with room for at least n floats (grown as needed, 64-byte

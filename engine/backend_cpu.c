@@ -1,0 +1,65 @@
+/* backend_cpu.c - the CPU's entry in the backend table (backend.h): the
+ * layers read the host weights (encoder.c, decoder.c), the K/V caches are
+ * host arrays, copies are memcpy and nothing is ever queued. */
+#include "backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static float *alloc_floats(size_t n) { /* zeroed, 64-byte aligned */
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+static int cpu_state_alloc(sotto_state *st, sotto_err *err) {
+    const sotto_hparams *hp = &st->m->hp;
+    size_t cross = (size_t)hp->n_text_layer * hp->n_audio_ctx * hp->n_text_state;
+    size_t self = (size_t)hp->n_text_layer * st->max_seqs * hp->n_text_ctx * hp->n_text_state;
+    st->cross_k = alloc_floats(cross);
+    st->cross_v = alloc_floats(cross);
+    st->self_k = alloc_floats(self);
+    st->self_v = alloc_floats(self);
+    if (!st->cross_k || !st->cross_v || !st->self_k || !st->self_v)
+        return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for a decoder state");
+    return SOTTO_OK;
+}
+
+static void cpu_state_free(sotto_state *st) {
+    free(st->cross_k);
+    free(st->cross_v);
+    free(st->self_k);
+    free(st->self_v);
+    st->cross_k = st->cross_v = st->self_k = st->self_v = NULL;
+}
+
+static size_t cpu_part_bytes(const sotto_model *m, int part) {
+    (void)m, (void)part;
+    return 0;
+}
+
+static void *cpu_buf_alloc(size_t bytes) { return malloc(bytes); }
+
+static int cpu_buf_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
+    (void)err;
+    memcpy(dst, src, bytes);
+    return SOTTO_OK;
+}
+
+const sotto_backend sotto_backend_cpu = {
+    .name = "cpu",
+    .model_upload = NULL,
+    .model_free = NULL,
+    .model_part_bytes = cpu_part_bytes,
+    .state_alloc = cpu_state_alloc,
+    .state_free = cpu_state_free,
+    .state_fetch_encoder_output = NULL,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_free = free,
+    .buf_copy = cpu_buf_copy,
+    .sync = NULL,
+    .encode_batch = sotto_cpu_encode_batch,
+    .decode = sotto_cpu_decode,
+    .ws_free = NULL,
+};
