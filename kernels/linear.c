@@ -10,6 +10,7 @@
  * SOTTO_LINEAR_REF=1 in the environment routes everything to the scalar
  * reference (linear_ref.c).
  */
+#include "gemm_bf16.h"
 #include "linear.h"
 
 #include "linear_internal.h"
@@ -101,6 +102,10 @@ static int use_reference(void) {
     return v;
 }
 
+int sotto_linear_rounds_x_to_bf16(const sotto_wmat *w, int n) {
+    return w->fmt == SOTTO_WFMT_BF16 && n > SOTTO_SKINNY_MAX_N && !use_reference() && sotto_gemm_bf16_supported();
+}
+
 static void linear_any(const sotto_wmat *w, const float *bias, const float *x, int n, float *y,
                        int accumulate) {
     if (n <= 0 || w->rows <= 0) return;
@@ -120,6 +125,9 @@ static void linear_any(const sotto_wmat *w, const float *bias, const float *x, i
     if (w->fmt == SOTTO_WFMT_F32 && n > SOTTO_SKINNY_MAX_N_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x, w->cols,
                     (const float *)w->data, w->cols, accumulate ? 1.0f : 0.0f, y, w->rows);
+    } else if (sotto_linear_rounds_x_to_bf16(w, n) &&
+               sotto_gemm_bf16(w->data, w->rows, w->cols, x, n, y, accumulate) == 0) {
+        /* the CPU's bf16 dot product on the weights as stored (x rounded to bf16) */
     } else if (n > SOTTO_SKINNY_MAX_N) {
         linear_gemm_blocks(w, x, n, y, accumulate ? 1.0f : 0.0f);
     } else {

@@ -81,6 +81,11 @@ void sotto_linear(const sotto_wmat *w, const float *bias, const float *x, int n,
 /* y[n][rows] += x[n][cols] * W^T (+ bias): accumulate into y (residual add). */
 void sotto_linear_acc(const sotto_wmat *w, const float *bias, const float *x, int n, float *y);
 
+/* 1 when sotto_linear(w, ..., n) rounds x to bf16 before the products (bf16
+ * weights, more than SOTTO_SKINNY_MAX_N rows, a CPU with AVX512-BF16 and
+ * SOTTO_BF16_GEMM not "0": kernels/gemm_bf16.c); otherwise x is used in fp32. */
+int sotto_linear_rounds_x_to_bf16(const sotto_wmat *w, int n);
+
 /* An observer sees the input of every sotto_linear / sotto_linear_acc call
  * (x: [n][w->cols]) before it runs; calibration (engine/calib.h) records
  * activation statistics with it. One process-wide observer, NULL to remove;
