@@ -371,9 +371,12 @@ void srv_wake(srv *s);
  * any thread, with or without ss's lock, holding a reference to ss. A session
  * no longer in the table is not queued. */
 void srv_session_wake(srv *s, srv_session *ss);
-/* Takes the queued sessions (srv->lock held; wake_next links them); they
- * stay valid while srv->lock is held. */
+/* Takes the queued sessions (srv->lock held): the first, then each next one
+ * from srv_wake_list_next_locked, which also unmarks the one given (so that
+ * its next wake queues it again). Every taken session must be passed to it
+ * before srv->lock is let go; until then they are all valid. */
 srv_session *srv_wake_list_take_locked(srv *s);
+srv_session *srv_wake_list_next_locked(srv *s, srv_session *ss);
 
 /* sessions (session.c) */
 srv_session *srv_session_new(srv *s);

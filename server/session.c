@@ -36,9 +36,18 @@ srv_session *srv_wake_list_take_locked(srv *s) {
     pthread_mutex_lock(&s->wake_lock);
     srv_session *list = s->wake_list;
     s->wake_list = NULL;
-    for (srv_session *ss = list; ss; ss = ss->wake_next) ss->on_wake_list = 0;
     pthread_mutex_unlock(&s->wake_lock);
     return list;
+}
+
+srv_session *srv_wake_list_next_locked(srv *s, srv_session *ss) {
+    /* ss stays marked until here, so a wake-up meanwhile leaves its link alone */
+    pthread_mutex_lock(&s->wake_lock);
+    srv_session *next = ss->wake_next;
+    ss->wake_next = NULL;
+    ss->on_wake_list = 0;
+    pthread_mutex_unlock(&s->wake_lock);
+    return next;
 }
 
 static void random_hex(char *out, int bytes) {

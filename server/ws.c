@@ -571,8 +571,6 @@ static int move_session(srv *s, srv_session *ss) {
     return 1;
 }
 
-/* After a wake-up: connections with something to send get a writeable
- * callback; expired sessions go; a draining server stops sessions. */
 /* What a wake-up does for one session (srv->lock and its lock held): ask for a
  * writable callback if it has events to send or is closing, checkpoint it if it
  * is detached (or Redis came back), renew its feed record, wake its viewers.
@@ -597,7 +595,9 @@ static int wake_session_locked(srv *s, srv_session *ss, int refresh_feeds) {
            (ss->wsi && pending);
 }
 
-/* The service thread's wake-up (lws_cancel_service from any thread). Usually it
+/* The service thread's wake-up (lws_cancel_service from any thread): connections
+ * with something to send get a writeable callback, expired sessions go, a
+ * draining server stops its sessions. Usually it
  * visits only the sessions that asked (srv_session_wake: new events, a state
  * change), so a wake-up costs the same with 10 or 10,000 idle sessions. It
  * visits (and reaps) every session after srv_wake, while draining, when live
@@ -616,11 +616,13 @@ static void service_wakeup(srv *s) {
     int n_stop = 0, active = 0;
     pthread_mutex_lock(&s->lock);
     srv_session *list = srv_wake_list_take_locked(s); /* in the table: valid under srv->lock */
-    if (all) {
+    if (all) { /* every session instead: the queued ones are unmarked */
+        while (list) list = srv_wake_list_next_locked(s, list);
         s->scanned_all_at = now;
         list = s->sessions;
     }
-    for (srv_session *ss = list; ss; ss = all ? ss->next : ss->wake_next) {
+    for (srv_session *ss = list, *next; ss; ss = next) {
+        next = all ? ss->next : srv_wake_list_next_locked(s, ss);
         pthread_mutex_lock(&ss->lock);
         active += wake_session_locked(s, ss, refresh_feeds);
         if (draining && n_stop < 256 &&
@@ -1151,7 +1153,8 @@ int srv_gateway_create(srv *s) {
             s->evloop = loops[0];
         } else {
             ev_loop_destroy(loops[0]);
-            SOTTO_WARN("lws cannot use the libev loop (is libwebsockets-evlib-ev installed?): using poll()");
+            SOTTO_WARN("lws did not start on the libev loop (no libwebsockets-evlib-ev? the port in use? "
+                       "unreadable TLS files?): trying its poll() loop");
             info.options &= ~(uint64_t)LWS_SERVER_OPTION_LIBEV;
             info.foreign_loops = NULL;
         }
