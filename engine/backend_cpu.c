@@ -6,21 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float *alloc_floats(size_t n) { /* zeroed, 64-byte aligned */
-    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
-    float *p = aligned_alloc(64, bytes ? bytes : 64);
-    if (p) memset(p, 0, bytes);
-    return p;
-}
-
 static int cpu_state_alloc(sotto_state *st, sotto_err *err) {
-    const sotto_hparams *hp = &st->m->hp;
-    size_t cross = (size_t)hp->n_text_layer * hp->n_audio_ctx * hp->n_text_state;
-    size_t self = (size_t)hp->n_text_layer * st->max_seqs * hp->n_text_ctx * hp->n_text_state;
-    st->cross_k = alloc_floats(cross);
-    st->cross_v = alloc_floats(cross);
-    st->self_k = alloc_floats(self);
-    st->self_v = alloc_floats(self);
+    const size_t cross = sotto_state_cross_floats(st), self = sotto_state_self_floats(st);
+    st->cross_k = sotto_alloc_floats(cross);
+    st->cross_v = sotto_alloc_floats(cross);
+    st->self_k = sotto_alloc_floats(self);
+    st->self_v = sotto_alloc_floats(self);
     if (!st->cross_k || !st->cross_v || !st->self_k || !st->self_v)
         return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for a decoder state");
     return SOTTO_OK;

@@ -237,8 +237,7 @@ static int cuda_state_alloc(sotto_state *st, sotto_err *err) {
     sotto_err local_err = {0};
     if (!err) err = &local_err;
     const sotto_hparams *hp = &st->m->hp;
-    size_t cross = (size_t)hp->n_text_layer * hp->n_audio_ctx * hp->n_text_state;
-    size_t self = (size_t)hp->n_text_layer * st->max_seqs * hp->n_text_ctx * hp->n_text_state;
+    const size_t cross = sotto_state_cross_floats(st), self = sotto_state_self_floats(st);
     gstate *g = calloc(1, sizeof *g);
     if (!g) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for a decoder state");
     st->be_state = g;

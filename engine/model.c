@@ -819,7 +819,7 @@ fail:
 void sotto_model_free(sotto_model *m) {
     if (!m) return;
     sotto_calib_free(m->calib);
-    if (m->be && m->be->model_free) m->be->model_free(m);
+    if (m->be->model_free) m->be->model_free(m);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     sotto_mapfile_close(&m->map);

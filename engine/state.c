@@ -26,7 +26,7 @@ float *sotto_ws_get(sotto_workspace *ws, int which, size_t n) {
     return p;
 }
 
-static float *alloc_floats(size_t n) {
+float *sotto_alloc_floats(size_t n) {
     size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
     float *p = aligned_alloc(64, bytes ? bytes : 64);
     if (p) memset(p, 0, bytes);
@@ -44,7 +44,7 @@ sotto_state *sotto_state_create(const sotto_model *m, int max_seqs, sotto_err *e
     st->m = m;
     st->max_seqs = max_seqs;
     st->n_ctx = m->hp.n_audio_ctx;
-    st->enc_out = alloc_floats((size_t)hp->n_audio_ctx * hp->n_audio_state);
+    st->enc_out = sotto_alloc_floats((size_t)hp->n_audio_ctx * hp->n_audio_state);
     st->seq_len = calloc((size_t)max_seqs, sizeof(int));
     if (!st->enc_out || !st->seq_len) goto oom;
     if (m->be->state_alloc(st, err)) { /* the K/V caches, where the backend keeps them */
@@ -61,10 +61,8 @@ oom:
 void sotto_state_free(sotto_state *st) {
     if (!st) return;
     free(st->enc_out);
-    if (st->m) {
-        st->m->be->state_free(st);
-        st->m->be->buf_free(st->gather_tmp);
-    }
+    st->m->be->state_free(st); /* st->m is set as soon as st exists */
+    st->m->be->buf_free(st->gather_tmp);
     free(st->seq_len);
     free(st);
 }

@@ -49,6 +49,20 @@ struct sotto_workspace {
  * aligned, contents not preserved across growth). NULL when out of memory. */
 float *sotto_ws_get(sotto_workspace *ws, int which, size_t n);
 
+/* Floats of one cross-attention K (or V) cache and of one self-attention K
+ * (or V) cache of a state: the layout below, for every backend's state_alloc. */
+static inline size_t sotto_state_cross_floats(const sotto_state *st) {
+    const sotto_hparams *hp = &st->m->hp;
+    return (size_t)hp->n_text_layer * hp->n_audio_ctx * hp->n_text_state;
+}
+static inline size_t sotto_state_self_floats(const sotto_state *st) {
+    const sotto_hparams *hp = &st->m->hp;
+    return (size_t)hp->n_text_layer * st->max_seqs * hp->n_text_ctx * hp->n_text_state;
+}
+
+/* n floats, zeroed, 64-byte aligned (free() them); NULL when out of memory. */
+float *sotto_alloc_floats(size_t n);
+
 /* Self-attention K or V cache of (layer, seq): [n_text_ctx][d]. */
 static inline float *sotto_state_self(const sotto_state *st, float *base, int layer, int seq) {
     const sotto_hparams *hp = &st->m->hp;
