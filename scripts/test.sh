@@ -76,14 +76,19 @@ failures=()
 # binary's SHA-256, the model files, the options and the audio; emptied per run.
 export SOTTO_TEST_CACHE="$root/build/test-cache"
 rm -rf "$SOTTO_TEST_CACHE"
+# CPU seconds used by this shell's finished children (user + system; a test's
+# servers count when the test waited for them), to tell CPU-bound steps from
+# steps that mostly wait.
+child_cpu() { awk '{ sub(/.*\) /, ""); printf "%d", ($14 + $15) / 100 }' "/proc/$1/stat"; } # pid
 run() { # name command...
   local name=$1; shift
   echo "=== $name"
-  local t0=$SECONDS
+  local t0=$SECONDS me=$BASHPID c0
+  c0=$(child_cpu "$me")
   if "$@"; then
-    echo "=== $name: ok ($((SECONDS - t0)) s)"
+    echo "=== $name: ok ($((SECONDS - t0)) s, cpu $(($(child_cpu "$me") - c0)) s)"
   else
-    echo "=== $name: FAILED ($((SECONDS - t0)) s)"
+    echo "=== $name: FAILED ($((SECONDS - t0)) s, cpu $(($(child_cpu "$me") - c0)) s)"
     failures+=("$name")
   fi
 }
@@ -101,11 +106,13 @@ start_lane() { # "name|command" ...
     for spec in "$@"; do
       name=${spec%%|*}
       t0=$SECONDS
+      me=$BASHPID
+      c0=$(child_cpu "$me")
       echo "=== $name (in the second lane)"
       if bash -c "${spec#*|}"; then
-        echo "=== $name: ok ($((SECONDS - t0)) s)"
+        echo "=== $name: ok ($((SECONDS - t0)) s, cpu $(($(child_cpu "$me") - c0)) s)"
       else
-        echo "=== $name: FAILED ($((SECONDS - t0)) s)"
+        echo "=== $name: FAILED ($((SECONDS - t0)) s, cpu $(($(child_cpu "$me") - c0)) s)"
         echo "$name" >>"$lane_failed"
       fi
     done
