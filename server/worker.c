@@ -1,8 +1,9 @@
 /* worker.c - the inference worker and the model loader.
  *
  * The worker runs the decode passes that sessions' dictations ask for.
- * Each turn takes one batch as stream/scheduler.h chooses it: the oldest
- * due pass, and the other due passes of its weight variant, oldest first;
+ * Each turn takes one batch as stream/scheduler.h chooses it: final passes
+ * before partial ones, and of that kind the oldest due pass and the other
+ * due passes of its weight variant, oldest first;
  * their encoder passes run as one batch and their decoder steps together
  * (sotto_generate_greedy_batch). It also applies the overload policy
  * (every session's step stretched while passes wait too long; new sessions
@@ -508,7 +509,7 @@ typedef struct due_list {
     int n, cap;
 } due_list;
 
-static int due_push(due_list *d, srv_session *ss, double due_since, double late) {
+static int due_push(due_list *d, srv_session *ss, double due_since, int final, double late) {
     if (d->n == d->cap) {
         int cap = d->cap ? d->cap * 2 : 64;
         srv_session **a = realloc(d->ss, sizeof *a * (size_t)cap);
@@ -521,7 +522,7 @@ static int due_push(due_list *d, srv_session *ss, double due_since, double late)
         d->cap = cap;
     }
     d->ss[d->n] = ss;
-    d->c[d->n] = (sotto_sched_cand){ss->sm, due_since};
+    d->c[d->n] = (sotto_sched_cand){ss->sm, due_since, final};
     d->late[d->n] = late;
     d->n++;
     return 0;
@@ -563,6 +564,7 @@ static void *worker_main(void *arg) {
                 if (sotto_dictation_step_ms(ss->dict) != want) sotto_dictation_set_step_ms(ss->dict, want);
             }
             int due = ss->dict && sotto_dictation_pass_due(ss->dict);
+            int final = due && sotto_dictation_final_due(ss->dict);
             int done = ss->dict && ss->state == SESS_STOPPING && sotto_dictation_done(ss->dict);
             if (due && ss->pass_due_since == 0) ss->pass_due_since = now;
             if (!due) ss->pass_due_since = 0;
@@ -581,13 +583,13 @@ static void *worker_main(void *arg) {
                 ss->worker_busy = 1;
                 init[n_init++] = ss;
             } else if (due) {
-                due_push(&due_l, ss, due_since, late);
+                due_push(&due_l, ss, due_since, final, late);
             } else if (done && n_finish < MAX_BATCH) {
                 ss->refs++;
                 finish[n_finish++] = ss;
             }
         }
-        /* the batch: the oldest due pass's variant, its oldest passes (scheduler.h) */
+        /* the batch: finals first; the oldest due pass's variant, its oldest passes (scheduler.h) */
         int pick[MAX_BATCH];
         n_batch = sotto_sched_pick(due_l.c, due_l.n, max_batch, last_variant, pick);
         for (int i = 0; i < n_batch; i++) {

@@ -402,6 +402,10 @@ int sotto_dictation_pass_due(const sotto_dictation *d) {
     return d->open.id && d->total - d->last_pass_end >= (uint64_t)d->p.step_ms * SR / 1000;
 }
 
+int sotto_dictation_final_due(const sotto_dictation *d) {
+    return !d->in_flight && d->n_closed > 0;
+}
+
 size_t sotto_dictation_pending_samples(const sotto_dictation *d) {
     if (d->n_closed || !d->open.id || d->total < d->last_pass_end) return 0;
     return (size_t)(d->total - d->last_pass_end);

@@ -122,6 +122,10 @@ int sotto_dictation_step_ms(const sotto_dictation *d);
 
 /* 1 if a pass is due and none is in flight. */
 int sotto_dictation_pass_due(const sotto_dictation *d);
+/* 1 if the due pass is a final one (an utterance ended: its text settles
+ * with it), 0 if it is a partial pass or none is due. The scheduler runs
+ * finals first. */
+int sotto_dictation_final_due(const sotto_dictation *d);
 /* Samples of the open utterance that no pass has covered yet (what the next
  * partial pass adds); 0 while a final pass is waiting or nothing is open. */
 size_t sotto_dictation_pending_samples(const sotto_dictation *d);

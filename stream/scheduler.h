@@ -2,12 +2,17 @@
  * and the server so that it can be tested with a fake engine
  * (tests/test_scheduler.c):
  *
- *   - which due passes run next: the oldest due pass first, and with it the
- *     other due passes of its weight variant, oldest first, up to the batch
- *     size (one batch is one variant: its decoder steps run together).
- *     Since the oldest pass always goes next, no session and no variant
- *     starves; a tie goes to a variant other than the last batch's, so that
- *     variants take turns;
+ *   - which due passes run next: final passes (an utterance ended; its text
+ *     settles with them) before partial ones, and within each kind the
+ *     oldest due pass first, with the other due passes of its kind and
+ *     weight variant, oldest first, up to the batch size (one batch is one
+ *     variant: its decoder steps run together). A final never shares a
+ *     batch with partial passes, whose encoder work would delay it. Since
+ *     the oldest pass of a kind always goes next, no session and no
+ *     variant starves; partial passes wait only while finals are due, and
+ *     a session has at most one final due per ended utterance. A tie goes
+ *     to a variant other than the last batch's, so that variants take
+ *     turns;
  *   - the overload policy: when passes wait longer than the step, every
  *     session's step grows (partials come less often: latency) before
  *     anything else gives; when the step is at its largest and passes still
@@ -24,11 +29,13 @@
 typedef struct sotto_sched_cand {
     const void *variant; /* candidates with the same variant may share a batch */
     double due_since;    /* when its pass became due (the caller's clock, s) */
+    int final;           /* 1: a final pass (goes before every partial pass) */
 } sotto_sched_cand;
 
 /* Chooses the next batch from n candidates: writes their indices to out
- * (oldest due first) and returns how many (0 if n is 0). last_variant is
- * the previous batch's variant (NULL for none): it loses ties. */
+ * (oldest due first; all finals or all partials) and returns how many (0
+ * if n is 0). last_variant is the previous batch's variant (NULL for
+ * none): it loses ties. */
 int sotto_sched_pick(const sotto_sched_cand *c, int n, int max_batch, const void *last_variant,
                      int *out);
 

@@ -156,6 +156,7 @@ int main(void) {
         push(d, 1.2f, 1, &seed); /* speech starts; > step_ms of it */
         CHECK_EQ_INT(count(&ev, "speech_start"), 1);
         CHECK(sotto_dictation_pass_due(d));
+        CHECK(!sotto_dictation_final_due(d)); /* a partial pass is due */
         const sotto_pass *ps = sotto_dictation_take_pass(d);
         CHECK(ps && !ps->final && ps->n_prefix == 0 && !ps->timestamps);
         CHECK(!sotto_dictation_pass_due(d)); /* one in flight */
@@ -189,8 +190,10 @@ int main(void) {
         /* silence ends the utterance: a final pass over the whole window */
         push(d, 1.6f, 0, &seed);
         CHECK_EQ_INT(count(&ev, "speech_end"), 1);
+        CHECK(sotto_dictation_final_due(d)); /* the scheduler runs it first */
         ps = sotto_dictation_take_pass(d);
         CHECK(ps && ps->final && !ps->timestamps && ps->n_prefix == 2);
+        CHECK(!sotto_dictation_final_due(d)); /* in flight */
         int32_t h4[] = {THERE};
         CHECK(sotto_dictation_complete_pass(d, ps->id, h4, 1) == SOTTO_OK);
         CHECK_EQ_INT(count(&ev, "final"), 1);

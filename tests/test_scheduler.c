@@ -6,7 +6,9 @@
  * fairness and no starvation under overload (against the old
  * newest-first rule, which starves), and the overload policy: the step
  * grows first, admission closes only at the largest step, reopens and
- * the step shrinks back once the load goes. */
+ * the step shrinks back once the load goes; and finals first: a final
+ * pass waits at most for the batch in progress and earlier finals, never
+ * shares a batch with partial passes, and does not starve them. */
 #include "check.h"
 #include "scheduler.h"
 
@@ -21,7 +23,7 @@ static void test_pick(void) {
     CHECK_EQ_INT(sotto_sched_pick(NULL, 0, 8, NULL, out), 0);
 
     /* oldest first, its variant only, sorted by age */
-    sotto_sched_cand c[6] = {{&A, 5.0}, {&B, 1.0}, {&A, 3.0}, {&B, 4.0}, {&A, 0.5}, {&B, 2.0}};
+    sotto_sched_cand c[6] = {{&A, 5.0, 0}, {&B, 1.0, 0}, {&A, 3.0, 0}, {&B, 4.0, 0}, {&A, 0.5, 0}, {&B, 2.0, 0}};
     int n = sotto_sched_pick(c, 6, 8, NULL, out);
     CHECK_EQ_INT(n, 3);
     CHECK_EQ_INT(out[0], 4);
@@ -44,7 +46,7 @@ static void test_pick(void) {
     CHECK_EQ_INT(out[1], 3);
 
     /* a tie goes to the other variant than the last batch's */
-    sotto_sched_cand t[4] = {{&A, 1.0}, {&A, 1.0}, {&B, 1.0}, {&B, 2.0}};
+    sotto_sched_cand t[4] = {{&A, 1.0, 0}, {&A, 1.0, 0}, {&B, 1.0, 0}, {&B, 2.0, 0}};
     n = sotto_sched_pick(t, 4, 8, &A, out);
     CHECK_EQ_INT(n, 2);
     CHECK_EQ_INT(out[0], 2);
@@ -52,9 +54,25 @@ static void test_pick(void) {
     CHECK_EQ_INT(n, 2);
     CHECK(t[out[0]].variant == &A && t[out[1]].variant == &A);
 
+    /* a final goes before older partial passes, in a batch of finals only, of the oldest
+       final's variant; without finals the partial passes go as before */
+    sotto_sched_cand f[6] = {{&A, 0.5, 0}, {&B, 3.0, 1}, {&A, 1.0, 0}, {&A, 4.0, 1},
+                             {&B, 2.0, 1}, {&B, 0.2, 0}};
+    n = sotto_sched_pick(f, 6, 8, NULL, out);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(out[0], 4);
+    CHECK_EQ_INT(out[1], 1);
+    n = sotto_sched_pick(f, 4, 8, NULL, out); /* B's final at 3.0 before A's at 4.0 */
+    CHECK(n == 1 && out[0] == 1);
+    sotto_sched_cand g[3] = {{&A, 0.5, 0}, {&A, 1.0, 0}, {&A, 4.0, 1}};
+    n = sotto_sched_pick(g, 3, 8, NULL, out);
+    CHECK(n == 1 && out[0] == 2);
+    n = sotto_sched_pick(g, 2, 8, NULL, out);
+    CHECK(n == 2 && out[0] == 0 && out[1] == 1);
+
     /* a long list in reverse age order comes out sorted */
     sotto_sched_cand r[40];
-    for (int i = 0; i < 40; i++) r[i] = (sotto_sched_cand){&A, 100.0 - i};
+    for (int i = 0; i < 40; i++) r[i] = (sotto_sched_cand){&A, 100.0 - i, 0};
     n = sotto_sched_pick(r, 40, 16, NULL, out);
     CHECK_EQ_INT(n, 16);
     int sorted = 1;
@@ -82,6 +100,10 @@ typedef struct sim_params {
                             becomes due when its batch ends (its wait counts from then) */
     int lag_signal;      /* with merged: real-time clients' merged lag feeds the policy too */
     int start_together;  /* every session's first pass is due at 0 (no stagger) */
+    double utt_s;        /* a session's utterance ends every utt_s (staggered; 0: never):
+                            a final pass is due from then until taken */
+    int finals_unmarked; /* the final passes are handed to the scheduler as partial ones
+                            (the rule before finals went first) */
     const sotto_load_params *lp;
 } sim_params;
 
@@ -94,18 +116,25 @@ typedef struct sim_result {
     int closed_ever, open_at_end;
     double final_scale;
     int batches, variant_switches, mixed_batches, oversized_batches;
+    int finals;                 /* final passes run */
+    double max_final_wait;      /* longest a final pass waited from its utterance's end */
+    double sum_final_wait;
+    int kind_mixed_batches;     /* batches holding a final and a partial pass */
 } sim_result;
 
 static void simulate(const sim_params *p, sim_result *r) {
     memset(r, 0, sizeof *r);
     int variant_tag[MAX_S]; /* the variant of session i is &variant_tag[variant_tag[i]]: one address per variant */
-    double due[MAX_S], last_take[MAX_S];
-    int alive[MAX_S];
+    double due[MAX_S], last_take[MAX_S], utt_end[MAX_S], final_since[MAX_S];
+    int alive[MAX_S], final_due[MAX_S];
     for (int i = 0; i < p->sessions; i++) {
         variant_tag[i] = i % p->variants;
         due[i] = p->start_together ? 0.0 : 0.05 * i; /* staggered starts */
         last_take[i] = due[i] - p->base_step_ms / 1000.0;
         alive[i] = 1;
+        utt_end[i] = p->utt_s > 0 ? p->utt_s * (1.0 + (double)i / p->sessions) : 1e30;
+        final_due[i] = 0;
+        final_since[i] = 0;
     }
     sotto_load l;
     sotto_load_init(&l, p->lp);
@@ -120,8 +149,17 @@ static void simulate(const sim_params *p, sim_result *r) {
         double next = 1e30;
         for (int i = 0; i < p->sessions; i++) {
             if (!alive[i]) continue;
-            if (due[i] <= now) {
-                c[n] = (sotto_sched_cand){&variant_tag[variant_tag[i]], due[i]};
+            if (utt_end[i] <= now) { /* an utterance ended: its final is due at once */
+                if (!final_due[i]) final_since[i] = utt_end[i];
+                final_due[i] = 1;
+                utt_end[i] += p->utt_s;
+            }
+            if (utt_end[i] < next) next = utt_end[i];
+            if (final_due[i] || due[i] <= now) {
+                /* as the server: a pass due since earlier keeps its time when it turns final */
+                double since = final_due[i] && final_since[i] < due[i] ? final_since[i] : due[i];
+                c[n] = (sotto_sched_cand){&variant_tag[variant_tag[i]], since,
+                                          final_due[i] && !p->finals_unmarked};
                 idx[n++] = i;
             } else if (due[i] < next) {
                 next = due[i];
@@ -149,6 +187,9 @@ static void simulate(const sim_params *p, sim_result *r) {
         if (k > p->max_batch) r->oversized_batches++;
         const void *v = c[out[0]].variant;
         for (int j = 1; j < k; j++) r->mixed_batches += c[out[j]].variant != v;
+        int n_final = 0;
+        for (int j = 0; j < k; j++) n_final += final_due[idx[out[j]]];
+        r->kind_mixed_batches += n_final > 0 && n_final < k;
         if (last && v != last) r->variant_switches++;
         last = v;
         double oldest = 0;
@@ -176,6 +217,14 @@ static void simulate(const sim_params *p, sim_result *r) {
             int i = idx[out[j]];
             double w = now - due[i];
             r->passes[i]++;
+            if (final_due[i]) { /* the final: its wait counts from the utterance's end */
+                double fw = now - final_since[i];
+                r->finals++;
+                r->sum_final_wait += fw;
+                if (fw > r->max_final_wait) r->max_final_wait = fw;
+                final_due[i] = 0;
+                w = 0; /* (as a partial pass it was not due before the end) */
+            }
             if (w > r->max_wait[i]) r->max_wait[i] = w;
             if (now > 0.75 * p->seconds && w > r->max_wait_tail) r->max_wait_tail = w;
             /* the next pass: a step of new audio after this one's start */
@@ -287,6 +336,51 @@ static void test_overload_admission(void) {
     /* after the load went (6 sessions: 2.25 s of work per 4 s step) */
     CHECK(r.open_at_end);
     CHECK_MSG(r.final_scale < lp.max_scale, "final scale %.2f", r.final_scale);
+}
+
+/* Finals first: 16 sessions, each ending an utterance every 5 s, under
+ * an overload the step absorbs (about 1.4 s of partial passes per 1 s
+ * step). A final waits at most for the batch in progress and the finals
+ * due before it, runs in a batch of finals only, and the partial passes
+ * are still served to every session alike. Handed over as partial passes
+ * (the rule before), the finals wait behind older partial passes. */
+static void test_finals_first(void) {
+    sotto_load_params lp = sotto_load_default_params();
+    sim_params p = {.sessions = 16, .variants = 2, .per_batch_s = 0.05, .per_pass_s = 0.08,
+                    .max_batch = 8, .base_step_ms = 1000, .seconds = 300, .utt_s = 5.0,
+                    .lp = &lp};
+    sim_result before, r;
+    p.finals_unmarked = 1;
+    simulate(&p, &before);
+    p.finals_unmarked = 0;
+    simulate(&p, &r);
+    const double batch_s = p.per_batch_s + p.per_pass_s * p.max_batch; /* the longest batch */
+    printf("finals first: %d finals, wait mean %.2f s, max %.2f s (as partials: mean %.2f s, "
+           "max %.2f s); partial passes per session %d..%d (before %d..%d), step scale %.2f\n",
+           r.finals, r.sum_final_wait / r.finals, r.max_final_wait,
+           before.sum_final_wait / before.finals, before.max_final_wait, min_passes(&r, 0, 16),
+           max_passes(&r, 0, 16), min_passes(&before, 0, 16), max_passes(&before, 0, 16),
+           r.max_scale);
+    /* every utterance's final ran (one per 5 s per session, less the last one in flight) */
+    CHECK_MSG(r.finals >= 16 * ((int)(p.seconds / p.utt_s) - 2), "%d finals", r.finals);
+    /* the scenario is an overload the step absorbs */
+    CHECK(r.max_scale > 1.0 && !r.closed_ever);
+    /* a final waits for the batch in progress and for finals that came before it: with the
+       ends 5/16 s apart and a batch of finals at most batch_s, that is within two batches */
+    CHECK_MSG(r.max_final_wait <= 2 * batch_s + 1e-9, "longest final wait %.2f s (bound %.2f s)",
+              r.max_final_wait, 2 * batch_s);
+    /* and it gains: behind older partial passes a final waits longer, at worst twice as long */
+    CHECK_MSG(before.max_final_wait > 2 * r.max_final_wait &&
+                  before.sum_final_wait / before.finals > r.sum_final_wait / r.finals,
+              "final wait mean %.2f s, max %.2f s; as partials mean %.2f s, max %.2f s",
+              r.sum_final_wait / r.finals, r.max_final_wait, before.sum_final_wait / before.finals,
+              before.max_final_wait);
+    CHECK_EQ_INT(r.kind_mixed_batches, 0);
+    CHECK_EQ_INT(r.mixed_batches, 0);
+    CHECK_EQ_INT(r.oversized_batches, 0);
+    /* no partial starvation: every session within 20% of the busiest */
+    CHECK_MSG(min_passes(&r, 0, 16) * 10 >= max_passes(&r, 0, 16) * 8, "min %d, max %d",
+              min_passes(&r, 0, 16), max_passes(&r, 0, 16));
 }
 
 /* The controller alone: decisions per window, growth bounded, shrinking
@@ -412,5 +506,6 @@ int main(void) {
     test_overload_absorbed();
     test_overload_admission();
     test_merged_steps();
+    test_finals_first();
     return check_report();
 }
