@@ -6,11 +6,15 @@
  *    in registers, and dots it with every row of x, 4 weight rows by up to 4
  *    rows of x per tile (linear_{q8,nf4,nvfp4}.c; F32 below).
  *  - more rows (encoder, prompts): the weights are dequantized a block of
- *    rows at a time into a bounded scratch buffer and multiplied with sgemm.
+ *    rows at a time into a bounded scratch buffer and multiplied with sgemm;
+ *    except bf16 and q8 weights on a CPU with the matching dot product
+ *    (AVX512-BF16: kernels/gemm_bf16.c; AVX512-VNNI: kernels/gemm_q8.c),
+ *    which multiply the weights as stored.
  * SOTTO_LINEAR_REF=1 in the environment routes everything to the scalar
  * reference (linear_ref.c).
  */
 #include "gemm_bf16.h"
+#include "gemm_q8.h"
 #include "linear.h"
 
 #include "linear_internal.h"
@@ -106,6 +110,11 @@ int sotto_linear_rounds_x_to_bf16(const sotto_wmat *w, int n) {
     return w->fmt == SOTTO_WFMT_BF16 && n > SOTTO_SKINNY_MAX_N && !use_reference() && sotto_gemm_bf16_supported();
 }
 
+int sotto_linear_quantizes_x_to_q8(const sotto_wmat *w, int n) {
+    return w->fmt == SOTTO_WFMT_Q8 && n > SOTTO_SKINNY_MAX_N && w->cols % 32 == 0 && !use_reference() &&
+           sotto_gemm_q8_supported();
+}
+
 static void linear_any(const sotto_wmat *w, const float *bias, const float *x, int n, float *y,
                        int accumulate) {
     if (n <= 0 || w->rows <= 0) return;
@@ -128,6 +137,9 @@ static void linear_any(const sotto_wmat *w, const float *bias, const float *x, i
     } else if (sotto_linear_rounds_x_to_bf16(w, n) &&
                sotto_gemm_bf16(w->data, w->rows, w->cols, x, n, y, accumulate) == 0) {
         /* the CPU's bf16 dot product on the weights as stored (x rounded to bf16) */
+    } else if (sotto_linear_quantizes_x_to_q8(w, n) &&
+               sotto_gemm_q8(w->data, w->scales, w->rows, w->cols, x, n, y, accumulate) == 0) {
+        /* the CPU's int8 dot product on the weights as stored (x quantized as they are) */
     } else if (n > SOTTO_SKINNY_MAX_N) {
         linear_gemm_blocks(w, x, n, y, accumulate ? 1.0f : 0.0f);
     } else {

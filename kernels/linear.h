@@ -86,6 +86,12 @@ void sotto_linear_acc(const sotto_wmat *w, const float *bias, const float *x, in
  * SOTTO_BF16_GEMM not "0": kernels/gemm_bf16.c); otherwise x is used in fp32. */
 int sotto_linear_rounds_x_to_bf16(const sotto_wmat *w, int n);
 
+/* 1 when sotto_linear(w, ..., n) quantizes x to int8 per block of 32 before
+ * the products (q8 weights, more than SOTTO_SKINNY_MAX_N rows, a CPU with
+ * AVX512-VNNI and SOTTO_Q8_GEMM not "0": kernels/gemm_q8.c); otherwise x is
+ * used in fp32. */
+int sotto_linear_quantizes_x_to_q8(const sotto_wmat *w, int n);
+
 /* An observer sees the input of every sotto_linear / sotto_linear_acc call
  * (x: [n][w->cols]) before it runs; calibration (engine/calib.h) records
  * activation statistics with it. One process-wide observer, NULL to remove;

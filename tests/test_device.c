@@ -340,8 +340,10 @@ int main(int argc, char **argv) {
     else snprintf(g_wav, sizeof g_wav, "%s/../shared/audio/jfk.wav", src ? src : ".");
     sotto_threads_set(2);
     /* the CPU side in fp32 throughout: the GPU's orchestration is held to the CPU
-       engine's numbers, not to the CPU's bf16 GEMM (test_gemm_bf16 checks that) */
+       engine's numbers, not to the CPU's bf16 and int8 GEMMs (test_gemm_bf16 and
+       test_gemm_q8 check those) */
     setenv("SOTTO_BF16_GEMM", "0", 0);
+    setenv("SOTTO_Q8_GEMM", "0", 0);
     const char *gemm = getenv("SOTTO_CUDA_GEMM");
     if (gemm && !strcmp(gemm, "bf16")) g_tol_enc = 0.25, g_tol_logits = 2e-2;
     else if (gemm && !strcmp(gemm, "tf32")) g_tol_enc = 2e-2, g_tol_logits = 1e-2;

@@ -759,6 +759,18 @@ static double err_vs_f(const float *a, const float *b, size_t n, double mag) {
     return num / (mag > 1e-30 ? mag : 1e-30);
 }
 
+/* x quantized and back as kernels/gemm_q8.c quantizes it (per block of 32:
+   q = nearest-even(x * 127 / amax), x' = q * amax / 127); the kernel then
+   sees the same integers in x', so a reference on x' is the kernel's. */
+static void q8_fake_quant(float *x, size_t n) {
+    for (size_t b = 0; b + 32 <= n; b += 32) {
+        float amax = 0.0f;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[b + k]));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, sc = amax / 127.0f;
+        for (int k = 0; k < 32; k++) x[b + k] = rintf(x[b + k] * inv) * sc;
+    }
+}
+
 static void check_kernels_on(const qmat *q, const char *label) {
     const sotto_wmat *w = &q->w;
     const int rows = w->rows, cols = w->cols;
@@ -778,6 +790,8 @@ static void check_kernels_on(const qmat *q, const char *label) {
            the rest of its contract (fp32 sums) is held to the same tolerance */
         if (sotto_linear_rounds_x_to_bf16(w, n))
             for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = sotto_bf16_to_f32(sotto_f32_to_bf16(x[i]));
+        /* likewise q8 weights on a CPU with AVX512-VNNI: x as the int8 kernel sees it */
+        if (sotto_linear_quantizes_x_to_q8(w, n)) q8_fake_quant(x, (size_t)n * cols);
         float *y = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny),
               *yr = malloc(sizeof(float) * ny), *ya = malloc(sizeof(float) * ny);
         double *dense = malloc(sizeof(double) * ny);
@@ -882,9 +896,13 @@ static void test_kernels_large(void) {
         CHECK_EQ_INT(qmat_make(&q, fmts[f], rows, cols, src, 256, fmts[f] == SOTTO_WFMT_NF4), 0);
         for (int nn = 1; nn <= n; nn += n - 1) {
             sotto_linear(&q.w, NULL, x, nn, y);
-            if (sotto_linear_rounds_x_to_bf16(&q.w, nn)) { /* the reference on x as the kernel sees it */
+            if (sotto_linear_rounds_x_to_bf16(&q.w, nn) || sotto_linear_quantizes_x_to_q8(&q.w, nn)) {
+                /* the reference on x as the kernel sees it */
                 float *xb = malloc(sizeof(float) * (size_t)nn * cols);
-                for (size_t i = 0; i < (size_t)nn * cols; i++) xb[i] = sotto_bf16_to_f32(sotto_f32_to_bf16(x[i]));
+                if (sotto_linear_rounds_x_to_bf16(&q.w, nn))
+                    for (size_t i = 0; i < (size_t)nn * cols; i++) xb[i] = sotto_bf16_to_f32(sotto_f32_to_bf16(x[i]));
+                else
+                    memcpy(xb, x, sizeof(float) * (size_t)nn * cols), q8_fake_quant(xb, (size_t)nn * cols);
                 sotto_linear_ref(&q.w, NULL, xb, nn, yr, 0);
                 free(xb);
             } else {
