@@ -13,6 +13,7 @@
 #ifndef SOTTO_MODEL_H
 #define SOTTO_MODEL_H
 
+#include "dtype.h" /* the element types a checkpoint may hold */
 #include "mapfile.h"
 #include "policy.h"
 #include "whisper.h"
@@ -49,22 +50,6 @@ typedef enum sotto_part {
     SOTTO_PART_EMBED,
     SOTTO_PART_COUNT
 } sotto_part;
-
-/* Element types a checkpoint may hold. */
-typedef enum sotto_dtype {
-    SOTTO_DT_F32 = 0,
-    SOTTO_DT_F16,
-    SOTTO_DT_BF16,
-    SOTTO_DT_I8,
-    SOTTO_DT_I16,
-    SOTTO_DT_I32,
-    SOTTO_DT_U8,
-    SOTTO_DT_F8E4M3,
-    SOTTO_DT_OTHER
-} sotto_dtype;
-
-size_t sotto_dtype_size(sotto_dtype dt);
-const char *sotto_dtype_name(sotto_dtype dt);
 
 /* One tensor as it sits in a checkpoint: a 2-D view [rows][cols] (vectors
  * have rows == 1) of row-major data. `row_scale`, if not NULL, holds one

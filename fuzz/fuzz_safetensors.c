@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c - the safetensors reader (engine/safetensors.c) on
+/* fuzz_safetensors.c - the safetensors reader (common/safetensors.c) on
  * arbitrary bytes, from memory: open, then every tensor the header lists;
  * each one returned must lie inside the input (ASan checks the reads). */
 #include "safetensors.h"

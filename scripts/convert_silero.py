@@ -34,7 +34,7 @@ __metadata__: format, format_version, source, source_sha256, sample_rate,
 gate_order.
 
 The file is written with the data area and every tensor 64-byte aligned
-(as engine/safetensors.c's writer does), via DST.tmp and a rename.
+(as common/safetensors.c's writer does), via DST.tmp and a rename.
 """
 import argparse
 import hashlib

@@ -15,10 +15,13 @@
 #ifndef SOTTO_SAFETENSORS_H
 #define SOTTO_SAFETENSORS_H
 
+#include "dtype.h"
 #include "mapfile.h"
-#include "model.h"
+#include "sotto_err.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
 
 typedef struct sotto_st_file {
     const char *path;
