@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CPU benchmark: sotto against faster-whisper (float32 and int8) on the dev clips.
+"""CPU benchmark: sotto (f32 weights; `sotto-bf16`, `sotto-q8`: --weights bf16 / q8)
+against faster-whisper (float32 and int8) on the dev clips.
 
 Each engine runs in its own process over all the clips (model loaded once),
 with the same model directory, thread count and decoding settings. Measured per
@@ -33,7 +34,8 @@ sys.path.insert(0, os.path.join(REPO, "tests", "ref"))
 
 import refcommon  # noqa: E402  (tests/ref: manifest, normalizer, WER, WAV reader)
 
-ENGINES = ("sotto", "fw-float32", "fw-int8")
+ENGINES = ("sotto", "sotto-bf16", "sotto-q8", "fw-float32", "fw-int8")
+SOTTO_WEIGHTS = {"sotto": "f32", "sotto-bf16": "bf16", "sotto-q8": "q8"}  # sotto's --weights
 FW_COMPUTE = {"fw-float32": "float32", "fw-int8": "int8"}
 
 
@@ -123,8 +125,9 @@ def parse_json_lines(text):
 
 def run_engine(engine, args, files, language):
     """One process of one engine over all files. Returns a run record."""
-    if engine == "sotto":
-        cmd = [args.sotto, "transcribe", "--model", args.model, "--format", "json",
+    if engine in SOTTO_WEIGHTS:
+        cmd = [args.sotto, "transcribe", "--model", args.model, "--weights", SOTTO_WEIGHTS[engine],
+               "--format", "json",
                "--no-progress", "--threads", str(args.threads), "--beam", str(args.beam),
                "--best-of", str(args.best_of), "--temperature", args.temperature]
         if language:
@@ -276,7 +279,7 @@ def summarize(engine, runs, files, seconds, refs):
     total_wall = sum(per)
     total_audio = sum(seconds[f] for f in files)
     s.update({
-        "compute_type": "float32" if engine == "sotto" else FW_COMPUTE[engine],
+        "compute_type": SOTTO_WEIGHTS[engine] if engine in SOTTO_WEIGHTS else FW_COMPUTE[engine],
         "total_audio_seconds": total_audio,
         "total_wall_seconds": total_wall,
         "rtfx": total_audio / total_wall if total_wall > 0 else None,
@@ -360,7 +363,7 @@ def print_report(cond, summaries, files, seconds, ids, args):
 
     # agreement of normalized texts
     if "sotto" in done:
-        for peer in ("fw-float32", "fw-int8"):
+        for peer in ("sotto-bf16", "sotto-q8", "fw-float32", "fw-int8"):
             if peer not in done:
                 continue
             diff = [f for f in files if refcommon.normalize(done["sotto"]["texts"][f])
@@ -409,7 +412,7 @@ def main():
     if args.repeat < 1 or args.threads < 1:
         sys.exit("--repeat and --threads must be >= 1")
     args.sotto = os.path.abspath(args.sotto)
-    if "sotto" in engines and not os.access(args.sotto, os.X_OK):
+    if any(e in SOTTO_WEIGHTS for e in engines) and not os.access(args.sotto, os.X_OK):
         sys.exit(f"sotto binary not found: {args.sotto}")
     if not os.path.isdir(args.model):
         sys.exit(f"model directory not found: {args.model}")
