@@ -392,6 +392,8 @@ def main():
     ap.add_argument("--language", default="en",
                     help="manifest language filter, comma-separated, or 'all' (default en)")
     ap.add_argument("--limit", type=int, default=0, help="first N clips (default all)")
+    ap.add_argument("--min-seconds", type=float, default=0.0,
+                    help="only clips at least this long (e.g. 60: the long files)")
     ap.add_argument("--beam", type=int, default=1)
     ap.add_argument("--best-of", type=int, default=5,
                     help="samples per non-zero temperature, both engines (their default 5)")
@@ -420,6 +422,10 @@ def main():
 
     langs = None if args.language == "all" else set(args.language.split(","))
     rows = rc.load_manifest(args.manifest or rc.DEFAULT_MANIFEST, languages=langs)
+    if args.min_seconds > 0:
+        rows = [r for r in rows if r["seconds"] >= args.min_seconds]
+        if not rows:
+            sys.exit(f"no clip of at least {args.min_seconds} s in the manifest")
     if args.limit:
         rows = rows[:args.limit]
     if not rows:
@@ -451,6 +457,7 @@ def main():
                  f"{', language ' + language if language else ''})",
         "decoding": f"beam {args.beam}, temperature {args.temperature}, best_of {args.best_of}",
         "clips": f"{len(files)} (manifest language {args.language}"
+                 f"{', at least ' + str(args.min_seconds) + ' s' if args.min_seconds > 0 else ''}"
                  f"{', first ' + str(args.limit) if args.limit else ''}) from "
                  f"{args.manifest or rc.DEFAULT_MANIFEST}",
         "total audio s": f"{sum(seconds.values()):.2f}",
