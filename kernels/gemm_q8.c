@@ -81,12 +81,16 @@ TARGET static void quant_x_row(const float *src, int cols, uint8_t *q, float *sc
         const __m512 v0 = _mm512_loadu_ps(src + b * QB), v1 = _mm512_loadu_ps(src + b * QB + 16);
         const float amax = _mm512_reduce_max_ps(
             _mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask)));
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        scale[b] = amax / 127.0f;
-        const __m512 vi = _mm512_set1_ps(inv);
-        /* cvtps_epi32 rounds to nearest even (the default rounding mode) */
-        __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vi));
-        __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vi));
+        const float d = amax / 127.0f;
+        scale[b] = d;
+        /* x / d rounded to nearest even (cvtps_epi32 under the default rounding mode):
+           kernels/quant.c's q8 rule, so that x is quantized exactly as weights are */
+        __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+        if (d > 0.0f) {
+            const __m512 vd = _mm512_set1_ps(d);
+            i0 = _mm512_cvtps_epi32(_mm512_div_ps(v0, vd));
+            i1 = _mm512_cvtps_epi32(_mm512_div_ps(v1, vd));
+        }
         const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127),
                       off = _mm512_set1_epi32(128);
         i0 = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(i0, lo), hi), off);

@@ -3,9 +3,10 @@
  * and more than SOTTO_SKINNY_MAX_N rows of x when the CPU has it; otherwise
  * those rows go through dequantize + sgemm as before.
  *
- * The activations are quantized the way the weights are: per row of x and
- * block of 32 columns, scale = amax / 127 and q = round-to-nearest-even(x *
- * (127 / amax)) in -127..127 (a block of zeros: scale 0, q 0). Each block's
+ * The activations are quantized exactly as kernels/quant.c quantizes q8
+ * weights (sotto_quantize_rows): per row of x and block of 32 columns,
+ * scale d = amax / 127 and q = round-to-nearest-even(x / d) in -127..127 (a
+ * block of zeros: scale 0, q 0). Each block's
  * 32 products are summed exactly in int32 and scaled by the two blocks'
  * scales into an fp32 sum: the result equals the fp32 sum over blocks of
  * sw * sx * dot(qw, qx) up to summation order. */

@@ -2,7 +2,7 @@
  * against a double-precision reference on random inputs.
  *
  * The reference quantizes x per row and block of 32 exactly as gemm_q8.h
- * says (scale amax / 127, q = nearest-even(x * (127 / amax))), sums each
+ * says, with the q8 weight quantizer itself (sotto_quantize_rows), sums each
  * block's integer products exactly and scales them in double; the kernel
  * scales and sums blocks in fp32, so each output may differ by fp32
  * rounding over the blocks: |y - ref| <= (blocks + 2) * 2^-23 * sum |terms|.
@@ -18,6 +18,7 @@
 #include "check.h"
 #include "gemm_q8.h"
 #include "linear.h"
+#include "quant.h"
 #include "threads.h"
 
 #include <math.h>
@@ -36,18 +37,13 @@ static void rand_q8(int rows, int cols, int8_t *wq, float *ws) {
     for (size_t i = 0; i < (size_t)rows * (cols / 32); i++) ws[i] = (0.5f + 0.5f * (frand() + 1.0f)) / 127.0f;
 }
 
-/* x quantized as gemm_q8.h says: q (signed) and the scales. */
+/* x quantized as gemm_q8.h says: exactly as q8 weights are (one row of a q8 matrix). */
 static void quant_ref(const float *x, int cols, int8_t *q, float *s) {
-    for (int b = 0; b < cols / 32; b++) {
-        float amax = 0.0f;
-        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[b * 32 + k]));
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        s[b] = amax / 127.0f;
-        for (int k = 0; k < 32; k++) {
-            float v = rintf(x[b * 32 + k] * inv);
-            q[b * 32 + k] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
-        }
-    }
+    sotto_wmat m = {0};
+    m.fmt = SOTTO_WFMT_Q8;
+    m.rows = 1;
+    m.cols = cols;
+    CHECK_EQ_INT(sotto_quantize_rows(&m, q, s, x, 0, 1), 0);
 }
 
 static void check_shape(int n, int rows, int cols, int accumulate) {

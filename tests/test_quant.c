@@ -759,15 +759,25 @@ static double err_vs_f(const float *a, const float *b, size_t n, double mag) {
     return num / (mag > 1e-30 ? mag : 1e-30);
 }
 
-/* x quantized and back as kernels/gemm_q8.c quantizes it (per block of 32:
-   q = nearest-even(x * 127 / amax), x' = q * amax / 127); the kernel then
-   sees the same integers in x', so a reference on x' is the kernel's. */
-static void q8_fake_quant(float *x, size_t n) {
-    for (size_t b = 0; b + 32 <= n; b += 32) {
-        float amax = 0.0f;
-        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[b + k]));
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, sc = amax / 127.0f;
-        for (int k = 0; k < 32; k++) x[b + k] = rintf(x[b + k] * inv) * sc;
+/* x [n][cols] as sotto_linear(w, ..., n) feeds it to the products (in place):
+   rounded to bf16 for the bf16 kernel (kernels/gemm_bf16.c), quantized and
+   back for the int8 kernel (kernels/gemm_q8.c quantizes x as q8 weights are,
+   so the kernel finds the same integers in x'), else unchanged. A reference
+   on this x is the kernel's. */
+static void x_as_kernel_sees(const sotto_wmat *w, int n, float *x) {
+    const size_t count = (size_t)n * w->cols;
+    if (sotto_linear_rounds_x_to_bf16(w, n)) {
+        for (size_t i = 0; i < count; i++) x[i] = sotto_bf16_to_f32(sotto_f32_to_bf16(x[i]));
+    } else if (sotto_linear_quantizes_x_to_q8(w, n)) {
+        sotto_wmat m = {0};
+        m.fmt = SOTTO_WFMT_Q8, m.rows = n, m.cols = w->cols;
+        int8_t *q = malloc(count);
+        float *sc = malloc(sizeof(float) * (count / 32));
+        CHECK(q && sc);
+        CHECK_EQ_INT(sotto_quantize_rows(&m, q, sc, x, 0, n), 0);
+        m.data = q, m.scales = sc;
+        sotto_wmat_dequantize_rows(&m, 0, n, x);
+        free(q), free(sc);
     }
 }
 
@@ -785,13 +795,10 @@ static void check_kernels_on(const qmat *q, const char *label) {
         const size_t ny = (size_t)n * rows;
         float *x = malloc(sizeof(float) * (size_t)n * cols);
         for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
-        /* bf16 weights and encoder-sized x on a CPU with AVX512-BF16: the kernel
-           (kernels/gemm_bf16.c) rounds x to bf16, so the references get x in bf16;
-           the rest of its contract (fp32 sums) is held to the same tolerance */
-        if (sotto_linear_rounds_x_to_bf16(w, n))
-            for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = sotto_bf16_to_f32(sotto_f32_to_bf16(x[i]));
-        /* likewise q8 weights on a CPU with AVX512-VNNI: x as the int8 kernel sees it */
-        if (sotto_linear_quantizes_x_to_q8(w, n)) q8_fake_quant(x, (size_t)n * cols);
+        /* bf16 or q8 weights and encoder-sized x on a CPU with AVX512-BF16 / VNNI: the
+           kernels round or quantize x, so the references get x as they see it; the rest
+           of their contract (fp32 sums) is held to the same tolerance */
+        x_as_kernel_sees(w, n, x);
         float *y = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny),
               *yr = malloc(sizeof(float) * ny), *ya = malloc(sizeof(float) * ny);
         double *dense = malloc(sizeof(double) * ny);
@@ -896,18 +903,12 @@ static void test_kernels_large(void) {
         CHECK_EQ_INT(qmat_make(&q, fmts[f], rows, cols, src, 256, fmts[f] == SOTTO_WFMT_NF4), 0);
         for (int nn = 1; nn <= n; nn += n - 1) {
             sotto_linear(&q.w, NULL, x, nn, y);
-            if (sotto_linear_rounds_x_to_bf16(&q.w, nn) || sotto_linear_quantizes_x_to_q8(&q.w, nn)) {
-                /* the reference on x as the kernel sees it */
-                float *xb = malloc(sizeof(float) * (size_t)nn * cols);
-                if (sotto_linear_rounds_x_to_bf16(&q.w, nn))
-                    for (size_t i = 0; i < (size_t)nn * cols; i++) xb[i] = sotto_bf16_to_f32(sotto_f32_to_bf16(x[i]));
-                else
-                    memcpy(xb, x, sizeof(float) * (size_t)nn * cols), q8_fake_quant(xb, (size_t)nn * cols);
-                sotto_linear_ref(&q.w, NULL, xb, nn, yr, 0);
-                free(xb);
-            } else {
-                sotto_linear_ref(&q.w, NULL, x, nn, yr, 0);
-            }
+            /* the reference on x as the kernel sees it */
+            float *xb = malloc(sizeof(float) * (size_t)nn * cols);
+            memcpy(xb, x, sizeof(float) * (size_t)nn * cols);
+            x_as_kernel_sees(&q.w, nn, xb);
+            sotto_linear_ref(&q.w, NULL, xb, nn, yr, 0);
+            free(xb);
             double e = rel_err_f(y, yr, (size_t)nn * rows);
             CHECK_MSG(e < KERNEL_TOL, "%s %dx%d n=%d: vs ref %.3g", sotto_wfmt_name(fmts[f]), rows,
                       cols, nn, e);
