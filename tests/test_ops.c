@@ -142,6 +142,33 @@ static void test_elementwise(void) {
     double s = exp(v[0]) + exp(v[2]) + exp(v[3]);
     CHECK_NEAR(s, 1.0, 1e-6);
     CHECK(v[1] == -INFINITY && v[4] == -INFINITY);
+    /* a vocabulary-sized row (the decoder's every step) against double libm */
+    {
+        const int V = 51864;
+        float *row = malloc(sizeof(float) * V);
+        double *lr = malloc(sizeof(double) * V);
+        for (int i = 0; i < V; i++) row[i] = 12.0f * frand() - 4.0f;
+        for (int i = 0; i < V; i += 97) row[i] = -INFINITY;
+        double m = -INFINITY, sum = 0;
+        for (int i = 0; i < V; i++) m = fmax(m, row[i]);
+        for (int i = 0; i < V; i++) sum += exp((double)row[i] - m);
+        double lse_ref = m + log(sum);
+        for (int i = 0; i < V; i++) lr[i] = row[i] - lse_ref;
+        float lse = sotto_log_softmax(row, V);
+        CHECK_MSG(fabs(lse - lse_ref) < 2e-6, "log-softmax lse %.9g vs %.9g", lse, lse_ref);
+        double worst = 0;
+        int masked_ok = 1;
+        for (int i = 0; i < V; i++) {
+            if (i % 97 == 0) {
+                masked_ok &= row[i] == -INFINITY;
+                continue;
+            }
+            worst = fmax(worst, fabs(row[i] - lr[i]));
+        }
+        CHECK(masked_ok);
+        CHECK_MSG(worst < 4e-6, "log-softmax over %d: max abs error %g", V, worst);
+        free(row), free(lr);
+    }
 }
 
 static void naive_attention(const float *q, const float *k, const float *v, int n_q, int n_kv,
