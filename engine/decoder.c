@@ -102,8 +102,8 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
         const size_t per_layer = (size_t)T * d;
         if (prompt) {
             const sotto_state *st = rows[0].st;
-            sotto_attention(q, d, st->cross_k + l * per_layer, st->cross_v + l * per_layer, d, att,
-                            d, n, st->n_ctx, H, dh, scale, 0, 0, scratch);
+            sotto_attention_kt(q, d, st->cross_k + l * per_layer, T, st->cross_v + l * per_layer, d,
+                               att, d, n, st->n_ctx, H, dh, scale, scratch);
         } else {
             float *qg = k, *ag = v; /* free after the self-attention */
             for (int i = 0; i < n; i++)
@@ -114,9 +114,10 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
                 int g0 = group_start[g], gn = group_start[g + 1] - g0;
                 const sotto_state *st = rows[order[g0]].st;
                 float *s = scratch + (size_t)omp_get_thread_num() * per_thread;
-                sotto_attention_rows(qg + (size_t)g0 * d + hd, d, st->cross_k + l * per_layer + hd,
-                                     st->cross_v + l * per_layer + hd, d, ag + (size_t)g0 * d + hd,
-                                     d, gn, st->n_ctx, dh, scale, s);
+                sotto_attention_rows_kt(qg + (size_t)g0 * d + hd, d,
+                                        st->cross_k + l * per_layer + (size_t)hd * T, T,
+                                        st->cross_v + l * per_layer + hd, d,
+                                        ag + (size_t)g0 * d + hd, d, gn, st->n_ctx, dh, scale, s);
             }
             for (int i = 0; i < n; i++)
                 memcpy(att + (size_t)order[i] * d, ag + (size_t)i * d, sizeof(float) * d);

@@ -102,15 +102,21 @@ int sotto_cpu_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_stat
         sotto_linear_acc(&L->fc2.w, L->fc2.b, f, (int)BT, x);
     }
 
-    const size_t per_layer = (size_t)T * hp->n_text_state;
+    const int dt = hp->n_text_state;
+    const size_t per_layer = (size_t)T * dt;
     for (int b = 0; b < B; b++) {
         sotto_state *st = sts[b];
         const int Tb = (int)(OFF(b + 1) - OFF(b));
         sotto_layer_norm(x + OFF(b) * d, st->enc_out, Tb, d, m->enc_ln.g, m->enc_ln.b, 1e-5f);
-        /* cross-attention K/V of every decoder layer (the first Tb rows of each) */
+        /* cross-attention K/V of every decoder layer: V's first Tb rows; K
+           transposed (state.h), its first Tb columns, through q (free now) */
         for (int l = 0; l < hp->n_text_layer; l++) {
             const sotto_dec_layer *L = &m->dec[l];
-            sotto_linear(&L->ck.w, L->ck.b, st->enc_out, Tb, st->cross_k + l * per_layer);
+            float *kt = st->cross_k + l * per_layer;
+            sotto_linear(&L->ck.w, L->ck.b, st->enc_out, Tb, q);
+#pragma omp parallel for schedule(static) if ((size_t)Tb * dt >= 65536)
+            for (int c = 0; c < dt; c++)
+                for (int t = 0; t < Tb; t++) kt[(size_t)c * T + t] = q[(size_t)t * dt + c];
             sotto_linear(&L->cv.w, L->cv.b, st->enc_out, Tb, st->cross_v + l * per_layer);
         }
         st->n_ctx = Tb;

@@ -14,7 +14,11 @@ struct sotto_state {
     /* The K/V caches, in the memory of the model's backend (backend.h: host
        arrays on the CPU, device addresses on a GPU), read and written only by
        that backend's code and its buf_copy: */
-    float *cross_k, *cross_v; /* [n_text_layer][n_audio_ctx][d]; rows < n_ctx valid */
+    /* cross_v: [n_text_layer][n_audio_ctx][d], rows < n_ctx valid. cross_k:
+       on the CPU K transposed, [n_text_layer][d][n_audio_ctx] (columns <
+       n_ctx valid), so that a decoder step's few rows read 16 keys per load
+       (ops.h, sotto_attention_rows_kt); on a GPU as cross_v. */
+    float *cross_k, *cross_v;
     float *self_k, *self_v;   /* [n_text_layer][max_seqs][n_text_ctx][d] */
     void *be_state;           /* anything else the backend keeps per state (opaque; NULL on the CPU) */
     int *seq_len;             /* [max_seqs], host memory */

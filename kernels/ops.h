@@ -51,6 +51,23 @@ void sotto_attention_rows(const float *q, int q_stride, const float *k, const fl
                           int kv_stride, float *out, int out_stride, int nr, int n_kv, int dh,
                           float scale, float *s);
 
+/* The same two with K given transposed (the CPU's cross-attention cache,
+ * engine/state.h): kt is [n_head * dh][kt_stride], row h*dh + c holding
+ * feature c of head h for keys 0..n_kv-1; v as above with v_stride. Never
+ * causal. sotto_attention_kt: all heads, scratch as sotto_attention's.
+ * sotto_attention_rows_kt: one head (kt offset to its first row, q, v and
+ * out to its columns), s: scratch of nr * n_kv floats, single-threaded.
+ * Without K's rows to pack per call, a decoder step's few rows (a beam)
+ * take the key loads straight from K^T: per step of beam 5 this replaced
+ * two sgemm calls per head and layer whose packing of K was most of the
+ * cross-attention's time. */
+void sotto_attention_kt(const float *q, int q_stride, const float *kt, int kt_stride,
+                        const float *v, int v_stride, float *out, int out_stride, int n_q,
+                        int n_kv, int n_head, int dh, float scale, float *scratch);
+void sotto_attention_rows_kt(const float *q, int q_stride, const float *kt, int kt_stride,
+                             const float *v, int v_stride, float *out, int out_stride, int nr,
+                             int n_kv, int dh, float scale, float *s);
+
 /* 1-D convolution, kernel 3, padding 1, given stride, as im2col + GEMM:
  *   x: [t_in][c_in] (time-major), w: [c_out][c_in][3], b: [c_out]
  *   y: [t_out][c_out], t_out = (t_in + 2 - 3) / stride + 1

@@ -92,9 +92,12 @@ size_t sotto_attention_scratch(int n_q, int n_kv) {
     return (size_t)omp_get_max_threads() * (size_t)qb * (size_t)n_kv;
 }
 
-void sotto_attention(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
-                     float *out, int out_stride, int n_q, int n_kv, int n_head, int dh, float scale,
-                     int causal, int q_pos0, float *scratch) {
+/* kt_stride > 0: k holds K transposed (sotto_attention_kt); else K's rows
+ * with kv_stride. */
+static void attention_core(const float *q, int q_stride, const float *k, int kt_stride,
+                           const float *v, int kv_stride, float *out, int out_stride, int n_q,
+                           int n_kv, int n_head, int dh, float scale, int causal, int q_pos0,
+                           float *scratch) {
     int qb = n_q < ATT_QBLOCK ? n_q : ATT_QBLOCK;
     int n_blocks = (n_q + qb - 1) / qb;
     int n_items = n_head * n_blocks;
@@ -109,12 +112,15 @@ void sotto_attention(const float *q, int q_stride, const float *k, const float *
         if (nk > n_kv) nk = n_kv;
         float *S = scratch + (size_t)omp_get_thread_num() * (size_t)qb * (size_t)n_kv;
         const float *qh = q + (size_t)q0 * q_stride + (size_t)h * dh;
-        const float *kh = k + (size_t)h * dh;
         const float *vh = v + (size_t)h * dh;
         float *oh = out + (size_t)q0 * out_stride + (size_t)h * dh;
         /* S[nq][nk] = scale * Qh Kh^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, dh, scale, qh, q_stride, kh,
-                    kv_stride, 0.0f, S, nk);
+        if (kt_stride > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, dh, scale, qh, q_stride,
+                        k + (size_t)h * dh * kt_stride, kt_stride, 0.0f, S, nk);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, dh, scale, qh, q_stride,
+                        k + (size_t)h * dh, kv_stride, 0.0f, S, nk);
         for (int i = 0; i < nq; i++) {
             float *row = S + (size_t)i * nk;
             if (causal) {
@@ -127,6 +133,20 @@ void sotto_attention(const float *q, int q_stride, const float *k, const float *
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dh, nk, 1.0f, S, nk, vh,
                     kv_stride, 0.0f, oh, out_stride);
     }
+}
+
+void sotto_attention(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
+                     float *out, int out_stride, int n_q, int n_kv, int n_head, int dh, float scale,
+                     int causal, int q_pos0, float *scratch) {
+    attention_core(q, q_stride, k, 0, v, kv_stride, out, out_stride, n_q, n_kv, n_head, dh, scale,
+                   causal, q_pos0, scratch);
+}
+
+void sotto_attention_kt(const float *q, int q_stride, const float *kt, int kt_stride,
+                        const float *v, int v_stride, float *out, int out_stride, int n_q,
+                        int n_kv, int n_head, int dh, float scale, float *scratch) {
+    attention_core(q, q_stride, kt, kt_stride, v, v_stride, out, out_stride, n_q, n_kv, n_head, dh,
+                   scale, 0, 0, scratch);
 }
 
 static inline float dot_head(const float *a, const float *b, int dh) {
@@ -171,6 +191,95 @@ void sotto_attention_rows(const float *q, int q_stride, const float *k, const fl
             sotto_v16f wv = {w, w, w, w, w, w, w, w, w, w, w, w, w, w, w, w};
             for (; c + 16 <= dh; c += 16) sotto_store16(o + c, sotto_load16(o + c) + wv * sotto_load16(vj + c));
             for (; c < dh; c++) o[c] += w * vj[c];
+        }
+    }
+}
+
+/* s[r][j] = scale * q[r] . K[j] for R <= 4 rows, 32 keys per step: K^T's
+ * rows are the head's dh features over the keys, so each load of 16 keys
+ * serves every row and no sum crosses lanes. */
+static inline __attribute__((always_inline)) void scores_kt(const float *q, int q_stride,
+                                                            const float *kt, int kt_stride,
+                                                            float *s, int n_kv, const int R,
+                                                            int dh, float scale) {
+    int j = 0;
+    for (; j + 32 <= n_kv; j += 32) {
+        sotto_v16f a[4][2];
+        for (int r = 0; r < R; r++) a[r][0] = a[r][1] = (sotto_v16f){0};
+        for (int c = 0; c < dh; c++) {
+            const float *kc = kt + (size_t)c * kt_stride + j;
+            sotto_v16f k0 = sotto_load16(kc), k1 = sotto_load16(kc + 16);
+            for (int r = 0; r < R; r++) {
+                float b = q[(size_t)r * q_stride + c];
+                a[r][0] += b * k0;
+                a[r][1] += b * k1;
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            sotto_store16(s + (size_t)r * n_kv + j, a[r][0] * scale);
+            sotto_store16(s + (size_t)r * n_kv + j + 16, a[r][1] * scale);
+        }
+    }
+    for (; j < n_kv; j++)
+        for (int r = 0; r < R; r++) {
+            float acc = 0.0f;
+            for (int c = 0; c < dh; c++) acc += q[(size_t)r * q_stride + c] * kt[(size_t)c * kt_stride + j];
+            s[(size_t)r * n_kv + j] = acc * scale;
+        }
+}
+
+/* out[r] = sum_j s[r][j] V[j] for R <= 4 rows, 64 columns of the head at a
+ * time (one load of V's row serves every row). */
+static inline __attribute__((always_inline)) void weigh_v(const float *s, int n_kv, const float *v,
+                                                          int v_stride, float *out,
+                                                          int out_stride, const int R, int dh) {
+    int c0 = 0;
+    for (; c0 + 64 <= dh; c0 += 64) {
+        sotto_v16f o[4][4];
+        for (int r = 0; r < R; r++)
+            for (int u = 0; u < 4; u++) o[r][u] = (sotto_v16f){0};
+        for (int j = 0; j < n_kv; j++) {
+            const float *vj = v + (size_t)j * v_stride + c0;
+            sotto_v16f v0 = sotto_load16(vj), v1 = sotto_load16(vj + 16);
+            sotto_v16f v2 = sotto_load16(vj + 32), v3 = sotto_load16(vj + 48);
+            for (int r = 0; r < R; r++) {
+                float w = s[(size_t)r * n_kv + j];
+                o[r][0] += w * v0, o[r][1] += w * v1, o[r][2] += w * v2, o[r][3] += w * v3;
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int u = 0; u < 4; u++) sotto_store16(out + (size_t)r * out_stride + c0 + 16 * u, o[r][u]);
+    }
+    for (; c0 < dh; c0++) /* heads narrower than 64 columns, or their tail */
+        for (int r = 0; r < R; r++) {
+            float acc = 0.0f;
+            for (int j = 0; j < n_kv; j++) acc += s[(size_t)r * n_kv + j] * v[(size_t)j * v_stride + c0];
+            out[(size_t)r * out_stride + c0] = acc;
+        }
+}
+
+void sotto_attention_rows_kt(const float *q, int q_stride, const float *kt, int kt_stride,
+                             const float *v, int v_stride, float *out, int out_stride, int nr,
+                             int n_kv, int dh, float scale, float *s) {
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const float *qr = q + (size_t)r0 * q_stride;
+        float *sr = s + (size_t)r0 * n_kv;
+        switch (nr - r0) {
+        case 1: scores_kt(qr, q_stride, kt, kt_stride, sr, n_kv, 1, dh, scale); break;
+        case 2: scores_kt(qr, q_stride, kt, kt_stride, sr, n_kv, 2, dh, scale); break;
+        case 3: scores_kt(qr, q_stride, kt, kt_stride, sr, n_kv, 3, dh, scale); break;
+        default: scores_kt(qr, q_stride, kt, kt_stride, sr, n_kv, 4, dh, scale); break;
+        }
+    }
+    for (int r = 0; r < nr; r++) softmax_row(s + (size_t)r * n_kv, n_kv);
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const float *sr = s + (size_t)r0 * n_kv;
+        float *o = out + (size_t)r0 * out_stride;
+        switch (nr - r0) {
+        case 1: weigh_v(sr, n_kv, v, v_stride, o, out_stride, 1, dh); break;
+        case 2: weigh_v(sr, n_kv, v, v_stride, o, out_stride, 2, dh); break;
+        case 3: weigh_v(sr, n_kv, v, v_stride, o, out_stride, 3, dh); break;
+        default: weigh_v(sr, n_kv, v, v_stride, o, out_stride, 4, dh); break;
         }
     }
 }

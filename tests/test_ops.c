@@ -213,6 +213,18 @@ static void test_attention(void) {
         sotto_attention(q, d, k, v, d, o, d, n_q, n_kv, H, dh, scale, causal, p0, scratch);
         double e = check_rel_err(o, ref, (size_t)n_q * d);
         CHECK_MSG(e < 1e-5, "attention case %zu: %g", ci, e);
+        if (!causal) { /* K transposed, its rows padded past n_kv as the state's are */
+            const int kts = n_kv + 3;
+            float *kt = rand_vec((size_t)d * kts, 1.0f);
+            for (int j = 0; j < n_kv; j++)
+                for (int c = 0; c < d; c++) kt[(size_t)c * kts + j] = k[(size_t)j * d + c];
+            for (int c = 0; c < d; c++)
+                for (int j = n_kv; j < kts; j++) kt[(size_t)c * kts + j] = NAN;
+            sotto_attention_kt(q, d, kt, kts, v, d, o, d, n_q, n_kv, H, dh, scale, scratch);
+            e = check_rel_err(o, ref, (size_t)n_q * d);
+            CHECK_MSG(e < 1e-5, "attention_kt case %zu: %g", ci, e);
+            free(kt);
+        }
         free(q), free(k), free(v), free(o), free(scratch), free(ref);
     }
 }
@@ -221,7 +233,10 @@ static void test_attention_rows(void) {
     const int cases[][4] = {/* nr, n_kv, dh, H (to make strides) */
                             {1, 1, 8, 1}, {3, 17, 64, 2}, {5, 1500, 64, 6}, {2, 9, 20, 3},
                             /* either side of the sgemm path (256 keys), odd head sizes */
-                            {4, 255, 30, 2}, {1, 256, 64, 2}, {3, 257, 20, 3}, {1, 1500, 128, 2}};
+                            {4, 255, 30, 2}, {1, 256, 64, 2}, {3, 257, 20, 3}, {1, 1500, 128, 2},
+                            /* the transposed path's row groups of 4, key blocks of 32,
+                               heads of 64 + a tail */
+                            {8, 33, 64, 2}, {9, 1499, 64, 6}, {6, 31, 80, 2}, {7, 64, 16, 4}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int nr = cases[ci][0], n_kv = cases[ci][1], dh = cases[ci][2], H = cases[ci][3];
         int d = H * dh, h = H - 1; /* test the last head's columns */
@@ -241,6 +256,32 @@ static void test_attention_rows(void) {
                 den = fmax(den, fabs(ref_v));
             }
         CHECK_MSG(num / den < 1e-5, "attention_rows case %zu: %g", ci, num / den);
+        /* K transposed (the CPU's cross-attention cache), rows padded with
+           NaN past n_kv: only the head's columns of out change */
+        const int kts = n_kv + 5;
+        float *kt = malloc(sizeof(float) * (size_t)d * kts);
+        for (int c = 0; c < d; c++)
+            for (int j = 0; j < kts; j++)
+                kt[(size_t)c * kts + j] = j < n_kv ? k[(size_t)j * d + c] : NAN;
+        float *o2 = rand_vec((size_t)nr * d, 1.0f), *o2_before = malloc(sizeof(float) * nr * d);
+        memcpy(o2_before, o2, sizeof(float) * nr * d);
+        sotto_attention_rows_kt(q + h * dh, d, kt + (size_t)h * dh * kts, kts, v + h * dh, d,
+                                o2 + h * dh, d, nr, n_kv, dh, scale, s);
+        num = 0, den = 1e-30;
+        int others_kept = 1;
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < d; c++) {
+                size_t i = (size_t)r * d + c;
+                if (c < h * dh) {
+                    others_kept &= o2[i] == o2_before[i];
+                    continue;
+                }
+                num = fmax(num, fabs(o2[i] - ref[i]));
+                den = fmax(den, fabs(ref[i]));
+            }
+        CHECK_MSG(num / den < 1e-5, "attention_rows_kt case %zu: %g", ci, num / den);
+        CHECK_MSG(others_kept, "attention_rows_kt case %zu wrote outside its head", ci);
+        free(kt), free(o2), free(o2_before);
         free(q), free(k), free(v), free(o), free(s), free(ref);
     }
 }
