@@ -325,26 +325,39 @@ static int beam_search(const sotto_model *m, sotto_workspace *ws, sotto_state *s
     float *cum = calloc((size_t)B, sizeof(float)), *cum2 = calloc((size_t)B, sizeof(float));
     float *lg = malloc(sizeof(float) * (size_t)V * B);
     cand *top = malloc(sizeof(cand) * (size_t)C);
+    cand *rtop = malloc(sizeof(cand) * (size_t)C * B); /* each beam's own best C */
+    int rn[64];
     hyp *hyps = calloc((size_t)hyp_cap, sizeof(hyp));
     int n_hyps = 0;
     int32_t toks[64];
     int seqs[64], src[64], active[64];
     sotto_state *sts[64];
-    if (!gen || !gen2 || !len || !len2 || !cum || !cum2 || !lg || !top || !hyps) {
+    if (!gen || !gen2 || !len || !len2 || !cum || !cum2 || !lg || !top || !rtop || !hyps) {
         rc = sotto_err_set(err, SOTTO_E_NOMEM, "out of memory in beam search");
         goto done;
     }
     memcpy(lg, logits0, sizeof(float) * V);
+    float *cur = lg; /* this step's logits: lg, then the decoder's output buffer */
     int n_alive = 1;
     for (int g = 0; g < G; g++) {
         int last_step = g + 1 == G;
-        int n_top = 0;
+        /* Each beam's log-softmax and its best C candidates, beams in
+           parallel (a 51,864-token row each); then their merge in beam
+           order, which keeps the ties of one pass over all (beam, token):
+           lower beam, then lower token, first. */
+#pragma omp parallel for schedule(static) if (n_alive > 1)
         for (int b = 0; b < n_alive; b++) {
-            float *x = lg + (size_t)b * V;
+            float *x = cur + (size_t)b * V;
+            cand *t = rtop + (size_t)b * C;
             process_logits(R, x, gen + (size_t)b * G, len[b]);
+            rn[b] = 0;
             for (int v = 0; v < V; v++)
-                if (x[v] > -INFINITY) cand_push(top, &n_top, C, cum[b] + x[v], b, v);
+                if (x[v] > -INFINITY) cand_push(t, &rn[b], C, cum[b] + x[v], b, v);
         }
+        int n_top = 0;
+        for (int b = 0; b < n_alive; b++)
+            for (int k = 0; k < rn[b]; k++)
+                cand_push(top, &n_top, C, rtop[(size_t)b * C + k].score, b, rtop[(size_t)b * C + k].tok);
         if (g == 0 && R->has_prefix) /* no early <|endoftext|> in secondary beams */
             for (int k = 1; k < n_top; k++)
                 if (top[k].tok == R->sp->eot) top[k].tok = 0, top[k].score = -1e10f;
@@ -407,7 +420,7 @@ static int beam_search(const sotto_model *m, sotto_workspace *ws, sotto_state *s
             goto done;
         }
         if ((rc = sotto_decode_step(m, ws, sts, seqs, toks, B, step_logits, err))) goto done;
-        memcpy(lg, step_logits, sizeof(float) * (size_t)B * V);
+        cur = step_logits; /* read and rewritten in place before the next step */
     }
     if (n_hyps == 0) {
         rc = sotto_err_set(err, SOTTO_E_INTERNAL, "beam search produced no hypothesis");
@@ -437,6 +450,7 @@ done:
     free(cum2);
     free(lg);
     free(top);
+    free(rtop);
     return rc;
 }
 
