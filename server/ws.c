@@ -244,6 +244,31 @@ static void on_stop(srv *s, srv_session *ss, int end_of_stream) {
     srv_worker_kick(s);
 }
 
+static uint64_t next_seq_locked(srv_session *ss);
+static int outq_push(conn *c, char *json);
+
+/* A resume may arrive before the connection's hello is written (the client
+ * need not wait for it): the events its placeholder session has not written
+ * yet move to the connection's own queue, so that they still come first
+ * whichever session the connection ends up with (PROTOCOL.md: every
+ * connection opens with hello, seq 1). */
+static void carry_unsent(conn *c) {
+    srv_session *ss = c->ss;
+    pthread_mutex_lock(&ss->lock);
+    uint64_t seq;
+    while ((seq = next_seq_locked(ss)) != 0) {
+        const srv_event *ev = &ss->ring[seq % SRV_EVENT_RING];
+        char *json = malloc(ev->len + 1);
+        if (json) {
+            memcpy(json, ev->json, ev->len);
+            json[ev->len] = 0;
+            outq_push(c, json);
+        }
+        ss->sent_upto = seq;
+    }
+    pthread_mutex_unlock(&ss->lock);
+}
+
 /* Attaches an existing (detached) session to this connection. */
 static void on_resume(srv *s, struct lws *wsi, conn *c, const cJSON *msg) {
     const char *id, *token;
@@ -257,6 +282,7 @@ static void on_resume(srv *s, struct lws *wsi, conn *c, const cJSON *msg) {
         srv_session_error(s, c->ss, "bad_resume", "resume must be the first message", 0);
         return;
     }
+    carry_unsent(c);
     srv_session *old = srv_session_find(s, id);
     if (!old && s->persist) { /* another instance's session? */
         int rc = srv_checkpoint_restore(s, c->ss, id, token, last_seq);
@@ -433,12 +459,48 @@ static int drained_unlock(srv_session *ss, struct lws *wsi, const conn *c) {
     return -1;
 }
 
+/* Appends a message (owned, freed once written) to the connection's own queue,
+ * which is written before the session's events. Returns -1 (json freed) when
+ * out of memory. */
+static int outq_push(conn *c, char *json) {
+    if (c->n_outq == c->cap_outq) {
+        int cap = c->cap_outq ? c->cap_outq * 2 : 16;
+        char **nq = realloc(c->outq, sizeof(char *) * (size_t)cap);
+        if (!nq) {
+            free(json);
+            return -1;
+        }
+        c->outq = nq;
+        c->cap_outq = cap;
+    }
+    c->outq[c->n_outq++] = json;
+    return 0;
+}
+
+/* Writes the first message of the connection's own queue; -1: close. */
+static int write_outq_one(srv *s, struct lws *wsi, conn *c) {
+    char *msg = c->outq[0];
+    memmove(c->outq, c->outq + 1, sizeof(char *) * (size_t)--c->n_outq);
+    size_t len = strlen(msg);
+    int bad = ensure_tx(c, len);
+    if (!bad) memcpy(c->tx + LWS_PRE, msg, len);
+    free(msg);
+    if (bad || lws_write(wsi, c->tx + LWS_PRE, len, LWS_WRITE_TEXT) < (int)len) return -1;
+    atomic_fetch_add(&s->m.events_sent, 1);
+    return 0;
+}
+
 /* Writes queued events while the socket takes them (up to 64 per callback), then
  * asks for another callback if more are queued; closes once a closing session
  * has written everything. */
 static int write_next(srv *s, struct lws *wsi, conn *c) {
     srv_session *ss = c->ss;
     for (int n = 0; n < 64; n++) {
+        if (c->n_outq) { /* the hello a resume carried over (carry_unsent) */
+            if (write_outq_one(s, wsi, c)) return -1;
+            if (lws_send_pipe_choked(wsi)) break;
+            continue;
+        }
         pthread_mutex_lock(&ss->lock);
         uint64_t seq = next_seq_locked(ss);
         if (!seq) return drained_unlock(ss, wsi, c);
@@ -485,17 +547,7 @@ void srv_link_note(srv_link *l, cJSON *ev) { srv_session_emit(srv_link_srv(l), L
 void srv_link_send(srv_link *l, char *json) {
     conn *c = L(l);
     if (!json) return;
-    if (c->n_outq == c->cap_outq) {
-        int cap = c->cap_outq ? c->cap_outq * 2 : 16;
-        char **nq = realloc(c->outq, sizeof(char *) * (size_t)cap);
-        if (!nq) {
-            free(json);
-            return;
-        }
-        c->outq = nq;
-        c->cap_outq = cap;
-    }
-    c->outq[c->n_outq++] = json;
+    if (outq_push(c, json)) return;
     if (c->wsi) lws_callback_on_writable(c->wsi);
 }
 
@@ -509,14 +561,7 @@ static int dialect_write(srv *s, struct lws *wsi, conn *c) {
     srv_session *ss = c->ss;
     for (int n = 0; n < 64;) {
         if (c->n_outq) {
-            char *msg = c->outq[0];
-            memmove(c->outq, c->outq + 1, sizeof(char *) * (size_t)--c->n_outq);
-            size_t len = strlen(msg);
-            int bad = ensure_tx(c, len);
-            if (!bad) memcpy(c->tx + LWS_PRE, msg, len);
-            free(msg);
-            if (bad || lws_write(wsi, c->tx + LWS_PRE, len, LWS_WRITE_TEXT) < (int)len) return -1;
-            atomic_fetch_add(&s->m.events_sent, 1);
+            if (write_outq_one(s, wsi, c)) return -1;
             n++;
             if (lws_send_pipe_choked(wsi)) break;
             continue;

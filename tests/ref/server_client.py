@@ -863,6 +863,65 @@ async def resume_stream(url, audio, cut_s, start=None, ssl_context=None, timeout
     return first, second
 
 
+def raw_ws_first_message(ws_url, message, gap_s=0.0, want=2, timeout=10.0):
+    """Opens a WebSocket by hand (plain TCP, no TLS) and sends `message` (a dict, as a
+    masked text frame) `gap_s` after the upgrade request, without waiting for the
+    server's 101: the message can reach the server before it has written anything on
+    the new connection. Returns the first `want` text messages (dicts) received, fewer
+    if the server closes or `timeout` passes; the connection is then reset."""
+    import base64
+    import urllib.parse
+    u = urllib.parse.urlparse(ws_url)
+    payload = json.dumps(message).encode()
+    mask = os.urandom(4)
+    n = len(payload)
+    head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n))
+    frame = head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    key = base64.b64encode(os.urandom(16)).decode()
+    req = (f"GET {u.path or '/'} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
+           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    out = []
+    with socket.create_connection((u.hostname, u.port), timeout=timeout) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(req.encode())
+        if gap_s > 0:
+            time.sleep(gap_s)
+        sock.sendall(frame)
+        deadline = time.monotonic() + timeout
+        buf, upgraded = b"", False
+        while len(out) < want and time.monotonic() < deadline:
+            if not upgraded and b"\r\n\r\n" in buf:
+                status, buf = buf.split(b"\r\n\r\n", 1)
+                if b" 101 " not in status.split(b"\r\n")[0]:
+                    raise RuntimeError(f"no upgrade: {status[:80]!r}")
+                upgraded = True
+            while upgraded and len(buf) >= 2 and len(out) < want:
+                ln, off = buf[1] & 0x7F, 2
+                if ln == 126:
+                    ln, off = struct.unpack(">H", buf[2:4])[0], 4
+                elif ln == 127:
+                    ln, off = struct.unpack(">Q", buf[2:10])[0], 10
+                if len(buf) < off + ln:
+                    break
+                if buf[0] & 0x0F == 1:
+                    out.append(json.loads(buf[off:off + ln]))
+                elif buf[0] & 0x0F == 8:
+                    return out
+                buf = buf[off + ln:]
+            if len(out) >= want:
+                break
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                d = sock.recv(65536)
+            except (TimeoutError, socket.timeout):
+                break
+            if not d:
+                break
+            buf += d
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    return out
+
+
 def _cum(units):
     c, out = 0, []
     for u in units:
