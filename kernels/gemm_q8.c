@@ -81,7 +81,13 @@ TARGET static void quant_x_row(const float *src, int cols, uint8_t *q, float *sc
         const __m512 v0 = _mm512_loadu_ps(src + b * QB), v1 = _mm512_loadu_ps(src + b * QB + 16);
         const float amax = _mm512_reduce_max_ps(
             _mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask)));
-        const float d = amax / 127.0f;
+        float d = amax / 127.0f;
+        /* an Inf or NaN in the block (x - x is NaN only for those; max_ps may drop
+           a NaN): a NaN scale makes the row's outputs NaN, as sgemm's would be
+           non-finite, instead of finite numbers from clamped codes */
+        const __mmask16 bad = _mm512_cmp_ps_mask(_mm512_sub_ps(v0, v0), _mm512_setzero_ps(), _CMP_UNORD_Q) |
+                              _mm512_cmp_ps_mask(_mm512_sub_ps(v1, v1), _mm512_setzero_ps(), _CMP_UNORD_Q);
+        if (bad) d = __builtin_nanf("");
         scale[b] = d;
         /* x / d rounded to nearest even (cvtps_epi32 under the default rounding mode):
            kernels/quant.c's q8 rule, so that x is quantized exactly as weights are */

@@ -9,7 +9,9 @@
  * block of zeros: scale 0, q 0). Each block's
  * 32 products are summed exactly in int32 and scaled by the two blocks'
  * scales into an fp32 sum: the result equals the fp32 sum over blocks of
- * sw * sx * dot(qw, qx) up to summation order. */
+ * sw * sx * dot(qw, qx) up to summation order. A block of x holding an Inf
+ * or a NaN gets a NaN scale: every output of its row is NaN (never finite
+ * numbers made from clamped codes). */
 #ifndef SOTTO_GEMM_Q8_H
 #define SOTTO_GEMM_Q8_H
 

@@ -8,7 +8,8 @@
  * rounding over the blocks: |y - ref| <= (blocks + 2) * 2^-23 * sum |terms|.
  * Shapes cover tails (rows not a multiple of 32, n not a multiple of the
  * micro-kernel's 6 rows or the 60-row chunk), blocks of zeros, a block with
- * one large value, y overwritten and accumulated; cols that are not a
+ * one large value, y overwritten and accumulated, an Inf or a NaN in x (its
+ * row's outputs NaN, the others unchanged); cols that are not a
  * multiple of 32 are refused with y untouched. The activation quantization
  * itself is held to the unquantized product (relative RMS error under 1 %),
  * and sotto_linear's dispatch of a q8 matrix with more than
@@ -117,6 +118,46 @@ static void check_refused(void) {
     CHECK(same);
 }
 
+/* A row of x holding an Inf or a NaN (in any block, at any lane) makes that
+ * row's outputs NaN, overwritten or accumulated; the other rows are unchanged. */
+static void check_nonfinite(void) {
+    const int n = 13, rows = 40, cols = 96;
+    int8_t *wq = malloc((size_t)rows * cols);
+    float *ws = malloc(sizeof *ws * rows * (cols / 32));
+    float *x = malloc(sizeof *x * n * cols), *y = malloc(sizeof *y * n * rows),
+          *y0 = malloc(sizeof *y0 * n * rows);
+    rand_q8(rows, cols, wq, ws);
+    for (int i = 0; i < n * cols; i++) x[i] = frand();
+    CHECK_EQ_INT(sotto_gemm_q8(wq, ws, rows, cols, x, n, y0, 0), 0);
+    const float bad[] = {INFINITY, -INFINITY, NAN};
+    const int at[] = {0, 17, 31, 45, 95}; /* lanes 0 and 1 of a block, block tails, last column */
+    for (int acc = 0; acc < 2; acc++)
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+            for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
+                const int r = (int)(3 + a + k) % n;
+                float keep = x[(size_t)r * cols + at[a]];
+                x[(size_t)r * cols + at[a]] = bad[k];
+                for (int i = 0; i < n * rows; i++) y[i] = acc ? 1.0f : 0.0f;
+                CHECK_EQ_INT(sotto_gemm_q8(wq, ws, rows, cols, x, n, y, acc), 0);
+                int nan_row = 1, others = 1;
+                for (int i = 0; i < n; i++)
+                    for (int j = 0; j < rows; j++) {
+                        float v = y[(size_t)i * rows + j], want = y0[(size_t)i * rows + j] + (acc ? 1.0f : 0.0f);
+                        if (i == r) nan_row &= isnan(v);
+                        else others &= v == want;
+                    }
+                CHECK_MSG(nan_row, "x[%d][%d] = %g: its row's outputs are not all NaN (acc %d)", r, at[a],
+                          (double)bad[k], acc);
+                CHECK_MSG(others, "x[%d][%d] = %g changed other rows (acc %d)", r, at[a], (double)bad[k], acc);
+                x[(size_t)r * cols + at[a]] = keep;
+            }
+    free(wq);
+    free(ws);
+    free(x);
+    free(y);
+    free(y0);
+}
+
 /* sotto_linear on a q8 matrix with many rows of x takes the kernel, bias added. */
 static void check_dispatch(void) {
     const int n = 40, rows = 70, cols = 96;
@@ -159,6 +200,7 @@ int main(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int acc = 0; acc < 2; acc++) check_shape(shapes[s][0], shapes[s][1], shapes[s][2], acc);
     check_refused();
+    check_nonfinite();
     check_dispatch();
     return check_report();
 }

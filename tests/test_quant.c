@@ -1019,6 +1019,47 @@ static void test_scale_search(void) {
     free(src);
 }
 
+/* Every format and batch size (skinny kernels, the VNNI and BF16 GEMMs, dequantize
+ * + sgemm): a row of x holding an Inf or a NaN gives that row non-finite outputs
+ * (never finite numbers that look like a transcript), and the other rows stay
+ * finite. */
+static void test_nonfinite_x(void) {
+    const int rows = 48, cols = 128;
+    const int ns[] = {1, 3, 4, 5, 13, 64};
+    const sotto_wfmt fmts[] = {SOTTO_WFMT_F32, SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4,
+                               SOTTO_WFMT_NVFP4};
+    float *src = malloc(sizeof(float) * rows * cols);
+    for (int i = 0; i < rows * cols; i++) src[i] = frand();
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+        qmat q;
+        CHECK_EQ_INT(qmat_make(&q, fmts[f], rows, cols, src, rows, 0), 0);
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int n = ns[ni];
+            float *x = malloc(sizeof(float) * (size_t)n * cols), *y = malloc(sizeof(float) * (size_t)n * rows);
+            for (int k = 0; k < 3; k++) {
+                for (int i = 0; i < n * cols; i++) x[i] = frand();
+                const int r = (k * 5) % n, c = (k * 37 + 5) % cols;
+                x[(size_t)r * cols + c] = k == 0 ? NAN : k == 1 ? INFINITY : -INFINITY;
+                sotto_linear(&q.w, NULL, x, n, y);
+                int row_bad = 1, others_ok = 1;
+                for (int i = 0; i < n; i++)
+                    for (int j = 0; j < rows; j++) {
+                        float v = y[(size_t)i * rows + j];
+                        if (i == r) row_bad &= !isfinite(v);
+                        else others_ok &= isfinite(v);
+                    }
+                CHECK_MSG(row_bad && others_ok, "%s n=%d x[%d][%d]=%s: its row non-finite %d, others finite %d",
+                          sotto_wfmt_name(fmts[f]), n, r, c, k == 0 ? "NaN" : k == 1 ? "Inf" : "-Inf", row_bad,
+                          others_ok);
+            }
+            free(x);
+            free(y);
+        }
+        qmat_free(&q);
+    }
+    free(src);
+}
+
 int main(void) {
     test_format_table();
     test_nf4_codec();
@@ -1035,5 +1076,6 @@ int main(void) {
     test_kernels();
     test_kernels_large();
     test_scale_search();
+    test_nonfinite_x();
     return check_report();
 }
