@@ -1,6 +1,7 @@
 /* generate.c - decoding rules (see generate.h). */
 #include "generate.h"
 
+#include "beam_top.h"
 #include "ops.h"
 #include "state.h"
 
@@ -293,23 +294,7 @@ done:
 
 /* ---- beam search ------------------------------------------------------------ */
 
-typedef struct cand {
-    float score;
-    int beam;
-    int32_t tok;
-} cand;
-
-/* Keeps the c best candidates in descending order (ties: lower beam, lower
- * token first, i.e. the lower flat index). */
-static void cand_push(cand *top, int *n, int c, float score, int beam, int32_t tok) {
-    if (*n == c && !(score > top[c - 1].score)) return;
-    int i = *n < c ? (*n)++ : c - 1;
-    while (i > 0 && top[i - 1].score < score) {
-        top[i] = top[i - 1];
-        i--;
-    }
-    top[i] = (cand){score, beam, tok};
-}
+typedef sotto_beam_cand cand;
 
 static int beam_search(const sotto_model *m, sotto_workspace *ws, sotto_state *st, const rules *R,
                        const layout *L, const sotto_generate_opts *o, const float *logits0,
@@ -350,14 +335,9 @@ static int beam_search(const sotto_model *m, sotto_workspace *ws, sotto_state *s
             float *x = cur + (size_t)b * V;
             cand *t = rtop + (size_t)b * C;
             process_logits(R, x, gen + (size_t)b * G, len[b]);
-            rn[b] = 0;
-            for (int v = 0; v < V; v++)
-                if (x[v] > -INFINITY) cand_push(t, &rn[b], C, cum[b] + x[v], b, v);
+            rn[b] = sotto_beam_row_top(x, V, cum[b], b, C, t);
         }
-        int n_top = 0;
-        for (int b = 0; b < n_alive; b++)
-            for (int k = 0; k < rn[b]; k++)
-                cand_push(top, &n_top, C, rtop[(size_t)b * C + k].score, b, rtop[(size_t)b * C + k].tok);
+        int n_top = sotto_beam_merge(rtop, rn, n_alive, C, top);
         if (g == 0 && R->has_prefix) /* no early <|endoftext|> in secondary beams */
             for (int k = 1; k < n_top; k++)
                 if (top[k].tok == R->sp->eot) top[k].tok = 0, top[k].score = -1e10f;
