@@ -268,6 +268,10 @@ def main():
                 ok = (backlog == 0 and dropped == 0 and failed == 0 and fin_ep and
                       pct(fin_ep, 95) <= args.max_final_s and growth <= args.max_growth_s)
                 passes = m1.get("sotto_passes_total", 0) - m0.get("sotto_passes_total", 0)
+                spec = (m1.get("sotto_speculative_passes_total", 0) -
+                        m0.get("sotto_speculative_passes_total", 0))
+                spec_used = (m1.get("sotto_speculative_finals_total", 0) -
+                             m0.get("sotto_speculative_finals_total", 0))
                 q = ((m1.get("sotto_pass_queue_seconds_sum", 0) - m0.get("sotto_pass_queue_seconds_sum", 0))
                      / max(1, m1.get("sotto_pass_queue_seconds_count", 0) -
                            m0.get("sotto_pass_queue_seconds_count", 0)))
@@ -275,7 +279,8 @@ def main():
                       f"speech_end {fmt(fin_ep)}; growth {growth:+.2f} s; done after stop "
                       f"max {max(tail) if tail else float('nan'):.2f} s; backlog warnings "
                       f"{backlog}, dropped {dropped:.1f} s, unfinished {failed}; {passes:.0f} "
-                      f"passes, mean pass queue wait {q:.2f} s; wall {wall:.0f} s, load "
+                      f"passes ({spec:.0f} speculative, {spec_used:.0f} of them finals), mean pass "
+                      f"queue wait {q:.2f} s; wall {wall:.0f} s, load "
                       f"{loadavg()}")
                 if ok:
                     sustained = n

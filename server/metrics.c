@@ -160,6 +160,11 @@ char *srv_metrics_render(srv *s, size_t *len) {
           atomic_load(&m->audio_final_samples) / 16000.0);
     counter_s(&o, "sotto_audio_dropped_seconds_total", "audio dropped because of backlog, seconds",
           atomic_load(&m->audio_dropped_samples) / 16000.0);
+    counter(&o, "sotto_speculative_passes_total",
+            "final passes decoded before the VAD ended their utterance (--speculate-ms)",
+            atomic_load(&m->spec_passes));
+    counter(&o, "sotto_speculative_finals_total", "... whose result became the final as the utterance ended",
+            atomic_load(&m->spec_used));
     counter(&o, "sotto_bad_messages_total", "client messages answered with an error",
             atomic_load(&m->bad_messages));
     counter(&o, "sotto_opus_concealed_packets_total", "Opus packets replaced by concealment",

@@ -51,6 +51,9 @@ static void usage(FILE *f) {
             "                         instead of a 30 s window (default partials: final passes\n"
             "                         keep the whole window; docs/PERF.md)\n"
             "  --audio-ctx-pad-ms MS  padding kept after the audio of a cut window (default 1000)\n"
+            "  --speculate-ms MS      after this much silence in an utterance, its final pass\n"
+            "                         runs before the VAD ends it (silence_ms), so the final\n"
+            "                         comes as the utterance ends; 0: off (default 400)\n"
             "  --web DIR              static files served at / (default: the repository's web/)\n"
             "  --tls-cert FILE --tls-key FILE   serve https/wss\n"
             "  --api-key KEY          a key every endpoint but /healthz, /metrics, /v1/info and feed\n"
@@ -94,6 +97,7 @@ void srv_options_default(srv_options *o) {
     o->overload_wait_ms = 1000;
     o->audio_ctx = SRV_AUDIO_CTX_PARTIALS;
     o->audio_ctx_pad_ms = 1000;
+    o->speculate_ms = 400;
     o->vad_kind = SOTTO_VAD_SILERO;
     o->max_upload_mb = 25;
     o->max_upload_s = 3600;
@@ -183,6 +187,7 @@ static int set(srv_options *o, const char *key, const char *val) {
     NUM("max-batch", max_batch, 1, 16)
     NUM("overload-wait-ms", overload_wait_ms, 20, 600000)
     NUM("audio-ctx-pad-ms", audio_ctx_pad_ms, 0, 30000)
+    NUM("speculate-ms", speculate_ms, 0, 10000)
     NUM("max-upload-mb", max_upload_mb, 0.01, 2000)
     NUM("max-upload-s", max_upload_s, 1, 86400)
     NUM("batch-queue", batch_queue, 1, 1000)
@@ -318,7 +323,7 @@ static const char *const k_keys[] = {
     "port", "memory-budget-mb", "max-sessions", "max-connections", "max-connections-per-ip",
     "max-detached", "start-timeout-s", "idle-timeout-s", "max-buffer-s", "resume-grace-s",
     "idle-unload-s", "drain-s", "max-frame-bytes", "threads", "max-batch", "overload-wait-ms",
-    "audio-ctx-pad-ms", "audio-ctx", "max-upload-mb",
+    "audio-ctx-pad-ms", "audio-ctx", "speculate-ms", "max-upload-mb",
     "max-upload-s", "batch-queue", "batch-threads", "host", "model", "weights",
     "default-weights", "device", "web", "tls-cert", "tls-key", "api-key", "api-keys-file", "vad",
     "vad-model", "log-level", "redis", "instance", "config"};

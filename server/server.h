@@ -68,6 +68,8 @@ typedef struct srv_options {
     double overload_wait_ms;  /* the overload policy: a pass that waited longer is behind */
     int audio_ctx;            /* srv_audio_ctx: which passes encode only their audio */
     double audio_ctx_pad_ms;  /* padding kept after the audio of such a window */
+    double speculate_ms;      /* silence after which a final pass is decoded before the VAD
+                                 ends the utterance (0: off; stream/dictation.h) */
     char web_dir[1024];
     char tls_cert[1024], tls_key[1024];
     char *api_keys[SRV_MAX_API_KEYS]; /* every endpoint but health, metrics, info, viewers; none = open */
@@ -122,6 +124,7 @@ typedef struct srv_metrics {
     _Atomic uint64_t sessions_restored; /* resumed here from another instance's checkpoint */
     _Atomic uint64_t sessions_let_go;   /* detached here, restored elsewhere, dropped before their grace ran out */
     _Atomic uint64_t audio_in_samples, audio_final_samples, audio_dropped_samples;
+    _Atomic uint64_t spec_passes, spec_used; /* speculative final passes run / that became finals */
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
     _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
     _Atomic uint64_t encoded_positions, encoded_windows; /* --audio-ctx: encoder work done */
@@ -232,6 +235,7 @@ typedef struct srv_session {
     sotto_pace pace;          /* audio per wall second (scheduler.h): is the client real-time? */
     int language_detected;    /* "auto" resolved on the first pass */
     uint64_t final_samples_seen;
+    uint64_t spec_passes_seen, spec_used_seen; /* dictation stats already added to the metrics */
     int engine_failures;      /* passes in a row the engine could not run (worker) */
     uint64_t dropped_samples_seen; /* samples_dropped already added to the metric */
 
@@ -396,6 +400,9 @@ void srv_session_error(srv *s, srv_session *ss, const char *code, const char *ms
 /* Audio into the session's dictation (session lock held, ss->dict set);
  * what the backlog bound drops is added to /metrics. */
 void srv_session_push_locked(srv *s, srv_session *ss, const float *x, size_t n);
+/* Adds the dictation's new stats (final audio, speculative passes) to the metrics;
+ * 1 if a final came since the last call. */
+int srv_session_count_locked(srv *s, srv_session *ss);
 /* Drops detached sessions past the grace period. */
 void srv_sessions_reap(srv *s);
 

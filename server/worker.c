@@ -472,10 +472,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         }
         /* a backlog (or the next final) makes the next pass due as this one ends */
         if (ss->pass_due_since == 0 && sotto_dictation_pass_due(ss->dict)) ss->pass_due_since = srv_now();
-        sotto_dictation_stats st;
-        sotto_dictation_get_stats(ss->dict, &st);
-        atomic_fetch_add(&s->m.audio_final_samples, st.samples_final - ss->final_samples_seen);
-        ss->final_samples_seen = st.samples_final;
+        srv_session_count_locked(s, ss);
         srv_checkpoint_maybe_locked(s, ss, 0); /* after a final */
         finish_if_done_locked(s, ss);
         pthread_mutex_unlock(&ss->lock);

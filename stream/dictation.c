@@ -29,6 +29,7 @@ typedef struct window {
 #define CUT_HOP_MS 10
 #define LEAD_MAX_TOKENS 128 /* a longer previous final is not used as a lead */
 #define LEAD_MAX_PREFIX 192 /* lead + committed tokens forced at most (the rest of 448 generates) */
+#define SPEC_MAX_TOKENS 512 /* a held speculative hypothesis (a pass generates at most 448) */
 
 struct sotto_dictation {
     sotto_dictation_params p;
@@ -78,6 +79,13 @@ struct sotto_dictation {
     int n_pass_tokens;
     uint64_t pass_counter;
 
+    /* the speculative final pass (spec_silence_ms): 1 in flight, 2 result held */
+    int spec_state;
+    uint64_t spec_window, spec_end, spec_pass;
+    int32_t spec_tokens[SPEC_MAX_TOKENS];
+    int spec_n, spec_flags;
+    int base_step_ms; /* the step asked for: a longer one means overload */
+
     int eos;
     int dropping; /* inside a run of dropped audio (one warning per run) */
     sotto_dictation_stats st;
@@ -103,6 +111,7 @@ sotto_dictation_params sotto_dictation_default_params(void) {
        without the lead). */
     p.lead_max_s = 20.0f;
     p.lead_gap_s = 5.0f;
+    p.spec_silence_ms = 0;
     return p;
 }
 
@@ -124,6 +133,9 @@ int sotto_dictation_params_check(const sotto_dictation_params *p, sotto_err *err
     if (!(p->lead_gap_s >= 0.0f && p->lead_gap_s <= 10.0f))
         return sotto_err_set(err, SOTTO_E_INVALID, "lead_gap_s %g out of range 0..10",
                              (double)p->lead_gap_s);
+    if (p->spec_silence_ms < 0 || p->spec_silence_ms > 10000)
+        return sotto_err_set(err, SOTTO_E_INVALID, "spec_silence_ms %d out of range 0..10000",
+                             p->spec_silence_ms);
     return sotto_vad_params_check(&p->vad, err);
 }
 
@@ -140,6 +152,7 @@ sotto_dictation *sotto_dictation_create(const sotto_dictation_params *p,
     d->emit = emit;
     d->user = user;
     d->next_id = 1;
+    d->base_step_ms = p->step_ms;
     d->cap = (size_t)((p->max_backlog_s + IDLE_KEEP_S + 1 + p->lead_max_s + p->lead_gap_s) * SR);
     d->buf = malloc(sizeof(float) * d->cap);
     d->pass_buf = malloc(sizeof(float) * (size_t)((p->max_window_s + 1) * SR));
@@ -322,6 +335,23 @@ static uint64_t quiet_cut(const sotto_dictation *d) {
     return best;
 }
 
+/* The front window ended where a held speculative pass assumed, with no
+ * other pass since: its result is the window's first final pass, completed
+ * now exactly as the worker would have completed that pass. */
+static void try_spec(sotto_dictation *d) {
+    if (d->spec_state != 2 || d->in_flight || !d->n_closed) return;
+    const window *w = &d->closed[0];
+    if (w->id != d->spec_window) return; /* an earlier window first (it cannot match later) */
+    int same = w->end == d->spec_end && w->from == w->start && !w->continuations &&
+               d->spec_pass == d->pass_counter;
+    d->spec_state = 0;
+    if (!same) return;
+    const sotto_pass *p = sotto_dictation_take_pass(d);
+    if (!p || !p->final || p->speculative) return; /* cannot happen: the closed window is due */
+    d->st.spec_used++;
+    sotto_dictation_complete_pass_flags(d, p->id, d->spec_tokens, d->spec_n, d->spec_flags);
+}
+
 int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n) {
     if (d->eos) return SOTTO_E_INVALID;
     while (n > 0) {
@@ -372,6 +402,7 @@ int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n) {
             d->open.end = 0;
             if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = cut;
         }
+        try_spec(d);
         trim(d);
     }
     return SOTTO_OK;
@@ -386,6 +417,7 @@ void sotto_dictation_flush(sotto_dictation *d, int end_of_stream) {
         d->eos = 1;
     }
     close_open(d, d->total);
+    try_spec(d);
 }
 
 /* ---- passes ------------------------------------------------------------------ */
@@ -396,14 +428,40 @@ void sotto_dictation_set_step_ms(sotto_dictation *d, int step_ms) {
 
 int sotto_dictation_step_ms(const sotto_dictation *d) { return d->p.step_ms; }
 
+/* A speculative final pass is due: the open utterance has been silent for
+ * spec_silence_ms and its would-be end (*end) was not tried yet. */
+static int spec_due(const sotto_dictation *d, uint64_t *end) {
+    if (!d->p.spec_silence_ms || d->in_flight || d->n_closed || !d->open.id || d->eos) return 0;
+    if (d->p.step_ms > d->base_step_ms) return 0; /* overloaded: no work that may be wasted */
+    uint64_t e;
+    int ms = sotto_vad_pending_end(d->vad, &e);
+    if (ms < d->p.spec_silence_ms) return 0;
+    e += d->origin; /* the VAD counts from the first sample pushed */
+    if (e > d->total || e <= d->open.start || d->open.from != d->open.start) return 0;
+    if (d->spec_state && d->spec_window == d->open.id && d->spec_end == e) return 0;
+    *end = e;
+    return 1;
+}
+
+/* A speculative result waits on the silence it was made for. */
+static int spec_holds(const sotto_dictation *d) {
+    uint64_t e;
+    return d->spec_state == 2 && d->spec_window == d->open.id && d->spec_pass == d->pass_counter &&
+           sotto_vad_pending_end(d->vad, &e) >= 0 && e + d->origin == d->spec_end;
+}
+
 int sotto_dictation_pass_due(const sotto_dictation *d) {
     if (d->in_flight) return 0;
     if (d->n_closed) return 1;
+    uint64_t e;
+    if (spec_due(d, &e)) return 1;
+    if (d->open.id && spec_holds(d)) return 0; /* nothing new to hear */
     return d->open.id && d->total - d->last_pass_end >= (uint64_t)d->p.step_ms * SR / 1000;
 }
 
 int sotto_dictation_final_due(const sotto_dictation *d) {
-    return !d->in_flight && d->n_closed > 0;
+    uint64_t e;
+    return !d->in_flight && (d->n_closed > 0 || spec_due(d, &e));
 }
 
 size_t sotto_dictation_pending_samples(const sotto_dictation *d) {
@@ -414,9 +472,13 @@ size_t sotto_dictation_pending_samples(const sotto_dictation *d) {
 const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     if (!sotto_dictation_pass_due(d)) return NULL;
     window *w = d->n_closed ? &d->closed[0] : &d->open;
-    int final = d->n_closed > 0;
+    int final = d->n_closed > 0, spec = 0;
     uint64_t end = final ? w->end : d->total;
     uint64_t start = final ? w->from : w->start;
+    if (!final && spec_due(d, &end)) { /* the final pass it would be if the VAD ends it at `end` */
+        final = spec = 1;
+        start = w->from;
+    }
     int lead = 0;
     if (start == w->start) {
         uint64_t at = lead_of(d, w, end);
@@ -449,6 +511,7 @@ const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     d->pass.utterance = w->id;
     d->pass.id = ++d->pass_counter;
     d->pass.final = final;
+    d->pass.speculative = spec;
     d->pass.timestamps = final && d->ts_begin >= 0;
     d->pass.start = start;
     d->pass.samples = d->pass_buf;
@@ -470,6 +533,12 @@ const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     d->n_pass_tokens = 0;
     d->in_flight = 1;
     d->st.passes++;
+    if (spec) {
+        d->spec_state = 1;
+        d->spec_window = w->id;
+        d->spec_end = end;
+        d->spec_pass = d->pass.id;
+    }
     return &d->pass;
 }
 
@@ -681,6 +750,18 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
                                         const int32_t *tokens, int n, int flags) {
     if (!d->in_flight || pass_id != d->pass.id) return SOTTO_E_INVALID;
     d->in_flight = 0;
+    if (d->pass.speculative) { /* held until the VAD ends the utterance (try_spec) */
+        d->st.spec_passes++;
+        d->spec_state = 0;
+        if (n >= 0 && n <= SPEC_MAX_TOKENS && (n == 0 || tokens)) {
+            if (n) memcpy(d->spec_tokens, tokens, sizeof(int32_t) * (size_t)n);
+            d->spec_n = n;
+            d->spec_flags = flags;
+            d->spec_state = 2;
+        }
+        try_spec(d);
+        return SOTTO_OK;
+    }
     int keep = n;
     uint64_t stop = 0;
     int cont = 0;
@@ -779,7 +860,10 @@ void sotto_dictation_reject_pass(sotto_dictation *d, uint64_t pass_id) {
 }
 
 void sotto_dictation_abandon_pass(sotto_dictation *d, uint64_t pass_id) {
-    if (d->in_flight && pass_id == d->pass.id) d->in_flight = 0;
+    if (d->in_flight && pass_id == d->pass.id) {
+        d->in_flight = 0;
+        if (d->pass.speculative) d->spec_state = 0;
+    }
 }
 
 int sotto_dictation_done(const sotto_dictation *d) {

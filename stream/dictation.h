@@ -60,6 +60,17 @@ typedef struct sotto_dictation_params {
        is emitted again. 0 turns it off (default 20 s, gap 5 s). */
     float lead_max_s;
     float lead_gap_s;
+    /* Speculative final passes: once the VAD has heard this many ms of
+       non-speech after speech, the utterance's final pass is decoded over the
+       window it will have if the VAD ends it there (sotto_vad_pending_end),
+       before the VAD decides (silence_ms). When the utterance does end there
+       and nothing else ran in between, that result is the final at once,
+       exactly as the final pass would have made it (same audio, prefix and
+       context); when speech comes back it is dropped. No partial pass runs
+       while such a result waits on unchanged silence. Not while the step is
+       stretched (overload). 0 turns it off (the default here; the server
+       turns it on, --speculate-ms). */
+    int spec_silence_ms;
     sotto_vad_params vad;
 } sotto_dictation_params;
 
@@ -71,6 +82,8 @@ typedef struct sotto_pass {
     uint64_t utterance; /* 1, 2, ... */
     uint64_t id;        /* pass number within the session */
     int final;          /* a final pass over this window: commit everything */
+    int speculative;    /* (with final) over the open utterance as the VAD may end it
+                           (spec_silence_ms): its result is held, not emitted */
     int timestamps;     /* decode with timestamp tokens (final passes, when enabled) */
     uint64_t start;     /* absolute 16 kHz sample of samples[0] */
     const float *samples;
@@ -207,6 +220,8 @@ typedef struct sotto_dictation_stats {
     uint64_t loops_cut;       /* commits cut short by the repetition detector */
     uint64_t context_resets;  /* finals whose text was not carried as context */
     uint64_t lead_passes;     /* passes led by the previous utterance's audio (lead_max_s) */
+    uint64_t spec_passes;     /* speculative final passes completed (spec_silence_ms) */
+    uint64_t spec_used;       /* ... whose result became the final */
 } sotto_dictation_stats;
 
 void sotto_dictation_get_stats(const sotto_dictation *d, sotto_dictation_stats *st);

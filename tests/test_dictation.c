@@ -654,6 +654,144 @@ int main(void) {
         events_clear(&ev);
         events_clear(&ev2);
     }
+
+    /* ---- speculative final passes (spec_silence_ms) ----------------------- */
+    {
+        /* a twin without speculation gives the final pass the speculative one must equal */
+        sotto_dictation_params p = sotto_dictation_default_params();
+        CHECK_EQ_INT(p.spec_silence_ms, 0); /* off unless asked for */
+        sotto_dictation_params ps_on = p;
+        ps_on.spec_silence_ms = 300;
+        events ev = {0}, evt = {0};
+        sotto_dictation *d = sotto_dictation_create(&ps_on, tok, EOT, on_event, &ev, &err);
+        sotto_dictation *t = sotto_dictation_create(&p, tok, EOT, on_event, &evt, &err);
+        CHECK(d && t);
+        sotto_dictation_set_timestamps(d, TS_BEGIN);
+        sotto_dictation_set_timestamps(t, TS_BEGIN);
+        /* the same audio into both: quiet, 2.2 s of speech, then silence in 50 ms steps */
+        size_t n_a = (size_t)(3.2f * SR);
+        float *a = malloc(sizeof(float) * n_a);
+        gen(a, (size_t)SR, 0, &seed);
+        gen(a + SR, n_a - SR, 1, &seed);
+        CHECK(sotto_dictation_push(d, a, n_a) == SOTTO_OK && sotto_dictation_push(t, a, n_a) == SOTTO_OK);
+        int32_t hw[] = {HELLO, WORLD};
+        const sotto_pass *pd = sotto_dictation_take_pass(d), *pt = sotto_dictation_take_pass(t);
+        CHECK(pd && pt && !pd->speculative && !pd->final && !pt->final);
+        CHECK(sotto_dictation_complete_pass(d, pd->id, hw, 2) == SOTTO_OK);
+        CHECK(sotto_dictation_complete_pass(t, pt->id, hw, 2) == SOTTO_OK);
+        size_t n_q = SR / 20;
+        float *q = malloc(sizeof(float) * n_q);
+        int steps = 0, spec_at = -1;
+        const sotto_pass *spec = NULL;
+        while (!count(&evt, "speech_end") && steps < 60) {
+            gen(q, n_q, 0, &seed);
+            sotto_dictation_push(d, q, n_q);
+            sotto_dictation_push(t, q, n_q);
+            steps++;
+            if (!spec && sotto_dictation_pass_due(d)) {
+                CHECK(sotto_dictation_final_due(d)); /* a speculative pass has a final's priority */
+                spec = sotto_dictation_take_pass(d);
+                spec_at = count(&ev, "speech_end") ? -2 : steps; /* before the VAD decided */
+                CHECK(spec && spec->final && spec->speculative && spec->timestamps);
+            }
+        }
+        /* (the VAD's silence starts in the last envelope dip, before the quiet audio) */
+        CHECK_MSG(spec && spec_at > 0 && spec_at * 50 < 1000 && steps - spec_at >= 5,
+                  "speculative pass after %d ms of quiet audio, speech_end after %d ms", spec_at * 50,
+                  steps * 50);
+        /* the twin's final pass: the same window, prefix and context */
+        pt = sotto_dictation_take_pass(t);
+        CHECK(pt && pt->final && !pt->speculative);
+        if (spec && pt) {
+            CHECK_MSG(spec->start == pt->start && spec->n == pt->n && spec->n_prefix == pt->n_prefix &&
+                          spec->n_context == pt->n_context &&
+                          !memcmp(spec->samples, pt->samples, sizeof(float) * pt->n),
+                      "speculative [%llu +%zu] vs final [%llu +%zu]", (unsigned long long)spec->start,
+                      spec->n, (unsigned long long)pt->start, pt->n);
+        }
+        /* it was taken before the VAD ended the utterance, which happened while it ran */
+        CHECK_EQ_INT(count(&ev, "speech_end"), 1);
+        CHECK_EQ_INT(count(&ev, "final"), 0);
+        CHECK(!sotto_dictation_pass_due(d)); /* in flight */
+        int32_t hyp[] = {TS_BEGIN, HELLO, WORLD, THERE, TS_BEGIN + 100};
+        CHECK(sotto_dictation_complete_pass(t, pt->id, hyp, 5) == SOTTO_OK);
+        if (spec) CHECK(sotto_dictation_complete_pass(d, spec->id, hyp, 5) == SOTTO_OK);
+        /* its result is the final at once, as the twin's */
+        const cJSON *fd = last(&ev, "final"), *ft = last(&evt, "final");
+        CHECK_MSG(fd && ft && !strcmp(str(fd, "text"), str(ft, "text")) &&
+                      cJSON_GetObjectItem(fd, "end")->valuedouble == cJSON_GetObjectItem(ft, "end")->valuedouble,
+                  "speculative final '%s' vs '%s'", fd ? str(fd, "text") : "-", ft ? str(ft, "text") : "-");
+        CHECK(!sotto_dictation_pass_due(d));
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(d, &st);
+        CHECK(st.spec_passes == 1 && st.spec_used == 1);
+
+        /* held while the silence lasts; speech again drops it */
+        events ev2 = {0};
+        sotto_dictation *e = sotto_dictation_create(&ps_on, tok, EOT, on_event, &ev2, &err);
+        sotto_dictation_set_timestamps(e, TS_BEGIN);
+        push(e, 1.0f, 0, &seed);
+        push(e, 1.5f, 1, &seed);
+        const sotto_pass *pe = sotto_dictation_take_pass(e);
+        CHECK(pe && sotto_dictation_complete_pass(e, pe->id, hw, 2) == SOTTO_OK);
+        push(e, 0.5f, 0, &seed); /* 500 ms of silence: speculate */
+        pe = sotto_dictation_take_pass(e);
+        CHECK(pe && pe->speculative);
+        int32_t stale[] = {TS_BEGIN, AGAIN, TS_BEGIN + 50};
+        if (pe) CHECK(sotto_dictation_complete_pass(e, pe->id, stale, 3) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev2, "commit") + count(&ev2, "final"), 0); /* held, not emitted */
+        push(e, 0.2f, 0, &seed);
+        CHECK(!sotto_dictation_pass_due(e)); /* no partial pass on unchanged silence */
+        push(e, 1.2f, 1, &seed); /* speech again */
+        CHECK(sotto_dictation_pass_due(e) && !sotto_dictation_final_due(e));
+        push(e, 1.6f, 0, &seed); /* no pass taken meanwhile; the VAD ends it later */
+        CHECK_EQ_INT(count(&ev2, "speech_end"), 1);
+        pe = sotto_dictation_take_pass(e);
+        CHECK(pe && pe->final && !pe->speculative); /* a normal final pass: the held one was stale */
+        int32_t fresh[] = {TS_BEGIN, THERE, TS_BEGIN + 150};
+        if (pe) CHECK(sotto_dictation_complete_pass(e, pe->id, fresh, 3) == SOTTO_OK);
+        const cJSON *fe = last(&ev2, "final");
+        CHECK_MSG(fe && !strcmp(str(fe, "text"), " there"), "final after stale speculation '%s'",
+                  fe ? str(fe, "text") : "-");
+        sotto_dictation_get_stats(e, &st);
+        CHECK(st.spec_used == 0);
+        /* held, then the VAD ends the utterance where it assumed: the final comes
+           from the audio push itself, no pass needed */
+        push(e, 1.5f, 1, &seed);
+        pe = sotto_dictation_take_pass(e);
+        if (pe) CHECK(sotto_dictation_complete_pass(e, pe->id, hw, 2) == SOTTO_OK);
+        push(e, 0.5f, 0, &seed);
+        pe = sotto_dictation_take_pass(e);
+        CHECK(pe && pe->speculative);
+        int finals = count(&ev2, "final");
+        int32_t held[] = {TS_BEGIN, HELLO, AGAIN, TS_BEGIN + (pe ? (int32_t)(pe->n / 320) : 0)}; /* to its end */
+        if (pe) CHECK(sotto_dictation_complete_pass(e, pe->id, held, 4) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev2, "final"), finals);
+        push(e, 1.0f, 0, &seed);
+        CHECK_EQ_INT(count(&ev2, "speech_end"), 2);
+        fe = last(&ev2, "final");
+        CHECK_MSG(count(&ev2, "final") == finals + 1 && fe && !strcmp(str(fe, "text"), " hello again"),
+                  "final from the held speculative pass: '%s'", fe ? str(fe, "text") : "-");
+        CHECK(!sotto_dictation_pass_due(e));
+        sotto_dictation_get_stats(e, &st);
+        CHECK(st.spec_used == 1);
+        /* overload (a stretched step): no speculation */
+        push(e, 1.5f, 1, &seed);
+        pe = sotto_dictation_take_pass(e);
+        if (pe) sotto_dictation_abandon_pass(e, pe->id);
+        sotto_dictation_set_step_ms(e, 2000);
+        push(e, 0.6f, 0, &seed);
+        pe = sotto_dictation_take_pass(e);
+        CHECK(!pe || !pe->speculative);
+        free(a);
+        free(q);
+        sotto_dictation_free(d);
+        sotto_dictation_free(t);
+        sotto_dictation_free(e);
+        events_clear(&ev);
+        events_clear(&evt);
+        events_clear(&ev2);
+    }
     sotto_tokenizer_free(tok);
     return check_report();
 }

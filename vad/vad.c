@@ -537,6 +537,12 @@ int sotto_vad_finish(sotto_vad *v, sotto_vad_event *ev, int cap, int *n_ev) {
 
 int sotto_vad_in_speech(const sotto_vad *v) { return v ? v->in_speech : 0; }
 
+int sotto_vad_pending_end(const sotto_vad *v, uint64_t *end) {
+    if (!v || !v->in_speech || v->sil_frames <= 0) return -1;
+    *end = v->last_speech_end + (uint64_t)v->p.tail_ms * (VAD_SR / 1000);
+    return (int)((uint64_t)v->sil_frames * (uint64_t)v->L * 1000 / VAD_SR);
+}
+
 float sotto_vad_noise_floor_db(const sotto_vad *v) {
     if (!v || !v->started) return -140.0f;
     float s = 0.0f;

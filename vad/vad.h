@@ -93,6 +93,14 @@ int sotto_vad_push(sotto_vad *v, const float *x, size_t n, sotto_vad_event *ev, 
 int sotto_vad_finish(sotto_vad *v, sotto_vad_event *ev, int cap, int *n_ev);
 
 int sotto_vad_in_speech(const sotto_vad *v);  /* inside an utterance */
+
+/* Inside an utterance whose latest frames are not speech: the sample its
+ * SPEECH_END will carry if no speech comes before silence_ms is reached
+ * (the end of the last speech frame + tail_ms) into *end, and the
+ * milliseconds of non-speech frames so far (returned). -1 otherwise (no
+ * utterance, or its latest frame is speech). A speculative final pass
+ * (stream/dictation.h) decodes up to that end before the VAD decides. */
+int sotto_vad_pending_end(const sotto_vad *v, uint64_t *end);
 float sotto_vad_noise_floor_db(const sotto_vad *v); /* ENERGY; -140 for SILERO */
 
 /* Samples per frame: 16 * frame_ms for ENERGY, 512 (SOTTO_SILERO_CHUNK)
