@@ -15,6 +15,7 @@ Used by tests/ref/test_server.py and bench/bench_server.py. Needs the
 `websockets` package (asyncio API, version 13 or later).
 """
 import asyncio
+import base64
 import contextlib
 import ctypes
 import json
@@ -863,63 +864,116 @@ async def resume_stream(url, audio, cut_s, start=None, ssl_context=None, timeout
     return first, second
 
 
-def raw_ws_first_message(ws_url, message, gap_s=0.0, want=2, timeout=10.0):
-    """Opens a WebSocket by hand (plain TCP, no TLS) and sends `message` (a dict, as a
-    masked text frame) `gap_s` after the upgrade request, without waiting for the
-    server's 101: the message can reach the server before it has written anything on
-    the new connection. Returns the first `want` text messages (dicts) received, fewer
-    if the server closes or `timeout` passes; the connection is then reset."""
-    import base64
-    import urllib.parse
-    u = urllib.parse.urlparse(ws_url)
-    payload = json.dumps(message).encode()
-    mask = os.urandom(4)
-    n = len(payload)
-    head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n))
-    frame = head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-    key = base64.b64encode(os.urandom(16)).decode()
-    req = (f"GET {u.path or '/'} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
-           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
-    out = []
-    with socket.create_connection((u.hostname, u.port), timeout=timeout) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(req.encode())
-        if gap_s > 0:
-            time.sleep(gap_s)
-        sock.sendall(frame)
-        deadline = time.monotonic() + timeout
-        buf, upgraded = b"", False
-        while len(out) < want and time.monotonic() < deadline:
-            if not upgraded and b"\r\n\r\n" in buf:
-                status, buf = buf.split(b"\r\n\r\n", 1)
-                if b" 101 " not in status.split(b"\r\n")[0]:
-                    raise RuntimeError(f"no upgrade: {status[:80]!r}")
-                upgraded = True
-            while upgraded and len(buf) >= 2 and len(out) < want:
-                ln, off = buf[1] & 0x7F, 2
-                if ln == 126:
-                    ln, off = struct.unpack(">H", buf[2:4])[0], 4
-                elif ln == 127:
-                    ln, off = struct.unpack(">Q", buf[2:10])[0], 10
-                if len(buf) < off + ln:
-                    break
-                if buf[0] & 0x0F == 1:
-                    out.append(json.loads(buf[off:off + ln]))
-                elif buf[0] & 0x0F == 8:
-                    return out
-                buf = buf[off + ln:]
-            if len(out) >= want:
-                break
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                d = sock.recv(65536)
-            except (TimeoutError, socket.timeout):
-                break
+class RawWS:
+    """A WebSocket client on a plain socket, for what libraries will not send.
+    early: bytes sent `early_gap_s` after the upgrade request, before waiting for
+    the server's 101 (a message that may reach the server before it has written
+    anything on the new connection)."""
+
+    def __init__(self, port, path="/v1/stream", headers="", early=b"", early_gap_s=0.0):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.s.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                        f"Sec-WebSocket-Version: 13\r\n{headers}\r\n").encode())
+        if early:
+            if early_gap_s > 0:
+                time.sleep(early_gap_s)
+            self.s.sendall(early)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            d = self.s.recv(4096)
             if not d:
                 break
             buf += d
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    return out
+        self.head, _, self.buf = buf.partition(b"\r\n\r\n")
+        self.status = self.head.split(b"\r\n")[0].decode(errors="replace")
+
+    @staticmethod
+    def frame(op, payload=b"", mask=True, length=None, fin=True):
+        n = len(payload) if length is None else length
+        b = bytes([(0x80 if fin else 0) | op])
+        m = 0x80 if mask else 0
+        if n < 126:
+            b += bytes([m | n])
+        elif n < 65536:
+            b += bytes([m | 126]) + struct.pack(">H", n)
+        else:
+            b += bytes([m | 127]) + struct.pack(">Q", n)
+        if mask:
+            k = os.urandom(4)
+            b += k
+            payload = bytes(c ^ k[i % 4] for i, c in enumerate(payload))
+        return b + payload
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def frames(self, seconds, texts=None):
+        """Frames the server sends within `seconds` (or until `texts` text frames
+        came): ([(opcode, payload)], closed)."""
+        self.s.settimeout(0.2)
+        t_end = time.monotonic() + seconds
+        closed = False
+        while (time.monotonic() < t_end and not closed and not self._has_close() and
+               (texts is None or sum(op == 1 for op, _ in self._parse(self.buf)) < texts)):
+            try:
+                d = self.s.recv(65536)
+                if not d:
+                    closed = True
+                self.buf += d
+            except socket.timeout:
+                pass
+            except OSError:
+                closed = True
+        if self._has_close() and not closed:  # the server's close: the TCP close follows
+            with contextlib.suppress(OSError):
+                self.s.settimeout(1.0)
+                closed = self.s.recv(65536) == b""
+        return self._parse(self.buf), closed
+
+    def _has_close(self):
+        return 8 in [op for op, _ in self._parse(self.buf)]
+
+    @staticmethod
+    def _parse(b):
+        out = []
+        while len(b) >= 2:
+            n, off = b[1] & 0x7f, 2
+            if n == 126:
+                n, off = struct.unpack(">H", b[2:4])[0], 4
+            elif n == 127:
+                n, off = struct.unpack(">Q", b[2:10])[0], 10
+            if len(b) < off + n:
+                break
+            out.append((b[0] & 0x0f, b[off:off + n]))
+            b = b[off + n:]
+        return out
+
+    def close(self, reset=False):
+        with contextlib.suppress(OSError):
+            if reset:  # an RST, as a client that vanishes
+                self.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.s.close()
+
+
+def raw_ws_first_message(ws_url, message, gap_s=0.0, want=2, timeout=10.0):
+    """Sends `message` (a dict) `gap_s` after the upgrade request, without waiting
+    for the 101 (RawWS's early bytes); returns the first `want` text messages
+    received (dicts; fewer if the server closes or `timeout` passes), then resets
+    the connection."""
+    import urllib.parse
+    u = urllib.parse.urlparse(ws_url)
+    raw = RawWS(u.port, u.path or "/", early=RawWS.frame(1, json.dumps(message).encode()),
+                early_gap_s=gap_s)
+    try:
+        if " 101 " not in raw.status + " ":
+            raise RuntimeError(f"no upgrade: {raw.status}")
+        frames, _ = raw.frames(timeout, texts=want)
+        return [json.loads(p) for op, p in frames if op == 1][:want]
+    finally:
+        raw.close(reset=True)
 
 
 def _cum(units):

@@ -27,7 +27,6 @@ Exits non-zero on any failure. Run time about two minutes.
 """
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -160,86 +159,7 @@ def http(method, url, headers=None, body=None, timeout=30):
 # raw WebSocket frames
 
 
-class Raw:
-    """A WebSocket client on a plain socket, for what libraries will not send."""
-
-    def __init__(self, port, path="/v1/stream", headers=""):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.s.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
-                        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                        f"Sec-WebSocket-Version: 13\r\n{headers}\r\n").encode())
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            d = self.s.recv(4096)
-            if not d:
-                break
-            buf += d
-        self.head, _, self.buf = buf.partition(b"\r\n\r\n")
-        self.status = self.head.split(b"\r\n")[0].decode(errors="replace")
-
-    @staticmethod
-    def frame(op, payload=b"", mask=True, length=None, fin=True):
-        n = len(payload) if length is None else length
-        b = bytes([(0x80 if fin else 0) | op])
-        m = 0x80 if mask else 0
-        if n < 126:
-            b += bytes([m | n])
-        elif n < 65536:
-            b += bytes([m | 126]) + struct.pack(">H", n)
-        else:
-            b += bytes([m | 127]) + struct.pack(">Q", n)
-        if mask:
-            k = os.urandom(4)
-            b += k
-            payload = bytes(c ^ k[i % 4] for i, c in enumerate(payload))
-        return b + payload
-
-    def send(self, data):
-        self.s.sendall(data)
-
-    def frames(self, seconds):
-        """Frames the server sends within `seconds`: ([(opcode, payload)], closed)."""
-        self.s.settimeout(0.2)
-        t_end = time.monotonic() + seconds
-        closed = False
-        while time.monotonic() < t_end and not closed and not self._has_close():
-            try:
-                d = self.s.recv(65536)
-                if not d:
-                    closed = True
-                self.buf += d
-            except socket.timeout:
-                pass
-            except OSError:
-                closed = True
-        if self._has_close() and not closed:  # the server's close: the TCP close follows
-            with contextlib.suppress(OSError):
-                self.s.settimeout(1.0)
-                closed = self.s.recv(65536) == b""
-        return self._parse(self.buf), closed
-
-    def _has_close(self):
-        return 8 in [op for op, _ in self._parse(self.buf)]
-
-    @staticmethod
-    def _parse(b):
-        out = []
-        while len(b) >= 2:
-            n, off = b[1] & 0x7f, 2
-            if n == 126:
-                n, off = struct.unpack(">H", b[2:4])[0], 4
-            elif n == 127:
-                n, off = struct.unpack(">Q", b[2:10])[0], 10
-            if len(b) < off + n:
-                break
-            out.append((b[0] & 0x0f, b[off:off + n]))
-            b = b[off + n:]
-        return out
-
-    def close(self):
-        with contextlib.suppress(OSError):
-            self.s.close()
+Raw = sc.RawWS  # a WebSocket client on a plain socket (server_client.py)
 
 
 def close_code_of(frames):
