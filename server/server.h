@@ -398,11 +398,12 @@ void srv_session_emit(srv *s, srv_session *ss, cJSON *ev);
 void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev);
 void srv_session_error(srv *s, srv_session *ss, const char *code, const char *msg, int fatal);
 /* Audio into the session's dictation (session lock held, ss->dict set);
- * what the backlog bound drops is added to /metrics. */
+ * what the backlog bound drops, and a final a held speculative pass gave, are
+ * added to /metrics (a final is also checkpointed). */
 void srv_session_push_locked(srv *s, srv_session *ss, const float *x, size_t n);
-/* Adds the dictation's new stats (final audio, speculative passes) to the metrics;
- * 1 if a final came since the last call. */
-int srv_session_count_locked(srv *s, srv_session *ss);
+/* Adds the dictation's new stats (final, dropped audio, speculative passes) to
+ * the metrics; *st gets them. 1 if a final came since the last call. */
+int srv_session_count_locked(srv *s, srv_session *ss, sotto_dictation_stats *st);
 /* Drops detached sessions past the grace period. */
 void srv_sessions_reap(srv *s);
 

@@ -221,25 +221,23 @@ void srv_session_push_locked(srv *s, srv_session *ss, const float *x, size_t n) 
     /* the wall time a pass became due (the scheduler's age, the overload policy's wait):
        when the audio that made it due arrived, not when the worker next looked */
     if (ss->pass_due_since == 0 && sotto_dictation_pass_due(ss->dict)) ss->pass_due_since = srv_now();
-    sotto_dictation_stats st; /* audio the backlog bound dropped, for /metrics */
-    sotto_dictation_get_stats(ss->dict, &st);
-    sotto_pace_update(&ss->pace, st.samples_in, srv_now());
-    atomic_fetch_add(&s->m.audio_dropped_samples, st.samples_dropped - ss->dropped_samples_seen);
-    ss->dropped_samples_seen = st.samples_dropped;
+    sotto_dictation_stats st;
     /* a speculative pass's result became a final as the VAD ended its utterance */
-    if (srv_session_count_locked(s, ss)) srv_checkpoint_maybe_locked(s, ss, 0);
+    if (srv_session_count_locked(s, ss, &st)) srv_checkpoint_maybe_locked(s, ss, 0);
+    sotto_pace_update(&ss->pace, st.samples_in, srv_now());
 }
 
-int srv_session_count_locked(srv *s, srv_session *ss) {
-    sotto_dictation_stats st;
-    sotto_dictation_get_stats(ss->dict, &st);
-    int finals = st.samples_final != ss->final_samples_seen;
-    atomic_fetch_add(&s->m.audio_final_samples, st.samples_final - ss->final_samples_seen);
-    ss->final_samples_seen = st.samples_final;
-    atomic_fetch_add(&s->m.spec_passes, st.spec_passes - ss->spec_passes_seen);
-    ss->spec_passes_seen = st.spec_passes;
-    atomic_fetch_add(&s->m.spec_used, st.spec_used - ss->spec_used_seen);
-    ss->spec_used_seen = st.spec_used;
+int srv_session_count_locked(srv *s, srv_session *ss, sotto_dictation_stats *st) {
+    sotto_dictation_get_stats(ss->dict, st);
+    int finals = st->samples_final != ss->final_samples_seen;
+    atomic_fetch_add(&s->m.audio_final_samples, st->samples_final - ss->final_samples_seen);
+    ss->final_samples_seen = st->samples_final;
+    atomic_fetch_add(&s->m.audio_dropped_samples, st->samples_dropped - ss->dropped_samples_seen);
+    ss->dropped_samples_seen = st->samples_dropped;
+    atomic_fetch_add(&s->m.spec_passes, st->spec_passes - ss->spec_passes_seen);
+    ss->spec_passes_seen = st->spec_passes;
+    atomic_fetch_add(&s->m.spec_used, st->spec_used - ss->spec_used_seen);
+    ss->spec_used_seen = st->spec_used;
     return finals;
 }
 

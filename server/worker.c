@@ -472,7 +472,8 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         }
         /* a backlog (or the next final) makes the next pass due as this one ends */
         if (ss->pass_due_since == 0 && sotto_dictation_pass_due(ss->dict)) ss->pass_due_since = srv_now();
-        srv_session_count_locked(s, ss);
+        sotto_dictation_stats st;
+        srv_session_count_locked(s, ss, &st);
         srv_checkpoint_maybe_locked(s, ss, 0); /* after a final */
         finish_if_done_locked(s, ss);
         pthread_mutex_unlock(&ss->lock);

@@ -94,9 +94,10 @@ int sotto_vad_finish(sotto_vad *v, sotto_vad_event *ev, int cap, int *n_ev);
 
 int sotto_vad_in_speech(const sotto_vad *v);  /* inside an utterance */
 
-/* Inside an utterance whose latest frames are not speech: the sample its
- * SPEECH_END will carry if no speech comes before silence_ms is reached
- * (the end of the last speech frame + tail_ms) into *end, and the
+/* Inside an utterance whose latest frames are not speech: the end of the
+ * last speech frame + tail_ms into *end, which is the sample its SPEECH_END
+ * will carry if no speech comes before silence_ms is reached (and silence_ms
+ * >= tail_ms; else that event carries its own position), and the
  * milliseconds of non-speech frames so far (returned). -1 otherwise (no
  * utterance, or its latest frame is speech). A speculative final pass
  * (stream/dictation.h) decodes up to that end before the VAD decides. */
