@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -72,9 +71,8 @@ class BidiError(Exception):
 
 
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    import server_client  # one port picker for the whole suite (SOTTO_TEST_PORTS)
+    return server_client.free_port()
 
 
 def _group_alive(proc):

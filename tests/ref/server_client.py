@@ -43,6 +43,25 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now.
+
+    With SOTTO_TEST_PORTS=LO-HI set (scripts/test.sh sets it for the tests it runs
+    beside others), the port is drawn from that range, so that two tests running
+    at once never pick the same one between choosing it and their server
+    binding it; otherwise the kernel picks one from its ephemeral range."""
+    span = os.environ.get("SOTTO_TEST_PORTS", "")
+    if span:
+        lo, hi = (int(v) for v in span.split("-"))
+        rng = random.SystemRandom()
+        for _ in range(200):
+            port = rng.randint(lo, hi)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+        raise RuntimeError(f"no free port in SOTTO_TEST_PORTS={span}")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -19,7 +19,6 @@ usage: test_device_cli.py --sotto build/sotto --server build/sotto-server
 """
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -47,9 +46,11 @@ def transcribe(args, device, wav):
     return p.returncode, p.stdout.strip(), p.stderr
 
 
-def healthy(port, tries=100):
-    """True once the server on port answers /healthz with "ok" (10 s at most)."""
-    for _ in range(tries):
+def healthy(port, wait_s=60.0):
+    """True once the server on port answers /healthz with "ok" (wait_s at most: the
+    sanitizer build loading a model beside other tests can take several seconds)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
                 return r.read().decode().strip() == "ok"
@@ -59,9 +60,7 @@ def healthy(port, tries=100):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return sc.free_port()  # honours SOTTO_TEST_PORTS (scripts/test.sh's second lane)
 
 
 def out_of_memory(args, wav):
@@ -88,7 +87,7 @@ def out_of_memory(args, wav):
         check(len(errs) == 1 and errs[0].get("fatal") is True and "GPU out of memory" in errs[0].get("message", ""),
               f"a session whose windows cannot be encoded ends with a fatal engine_failed error: "
               f"{errs[0].get('message') if errs else res.summary()}")
-        check(healthy(port, tries=1), "and the server goes on serving")
+        check(healthy(port, wait_s=2), "and the server goes on serving")
     finally:
         srv.terminate()
         srv.communicate(timeout=60)
