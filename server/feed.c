@@ -182,7 +182,10 @@ int srv_feed_is_viewer_event(const char *type) {
            !strcmp(type, "speech_start") || !strcmp(type, "speech_end") || !strcmp(type, "done");
 }
 
-void srv_feed_add_final(srv_session *ss, const cJSON *ev) {
+void srv_feed_add_final(srv_session *ss, const char *text, double start, double end, int utterance) {
+    if (!text) return;
+    while (*text == ' ') text++;
+    if (!*text) return; /* nothing said */
     if (ss->n_captions == ss->cap_captions) {
         int cap = ss->cap_captions ? ss->cap_captions * 2 : 64;
         srv_caption *nc = realloc(ss->captions, sizeof *nc * (size_t)cap);
@@ -190,20 +193,23 @@ void srv_feed_add_final(srv_session *ss, const cJSON *ev) {
         ss->captions = nc;
         ss->cap_captions = cap;
     }
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "text");
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(ev, "start");
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(ev, "end");
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(ev, "utterance");
-    const char *text = cJSON_IsString(t) ? t->valuestring : "";
-    while (*text == ' ') text++;
-    if (!*text) return; /* nothing said */
     char *copy = strdup(text);
     if (!copy) return;
     srv_caption *c = &ss->captions[ss->n_captions++];
     c->text = copy;
-    c->start = cJSON_IsNumber(a) ? a->valuedouble : 0;
-    c->end = cJSON_IsNumber(b) ? b->valuedouble : c->start;
-    c->utterance = cJSON_IsNumber(u) ? u->valueint : 0;
+    c->start = start;
+    c->end = end;
+    c->utterance = utterance;
+}
+
+void srv_feed_add_final_json(srv_session *ss, const cJSON *ev) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "text");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(ev, "start");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(ev, "end");
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(ev, "utterance");
+    double start = cJSON_IsNumber(a) ? a->valuedouble : 0;
+    srv_feed_add_final(ss, cJSON_IsString(t) ? t->valuestring : "", start,
+                       cJSON_IsNumber(b) ? b->valuedouble : start, cJSON_IsNumber(u) ? u->valueint : 0);
 }
 
 void srv_feed_free_captions(srv_session *ss) {

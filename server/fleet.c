@@ -388,7 +388,7 @@ srv_session *srv_feed_remote_find(srv *s, const char *name) {
     for (size_t i = 0; i < f->elements; i++) {
         if (f->element[i]->type != REDIS_REPLY_STRING) continue;
         cJSON *e = cJSON_ParseWithLength(f->element[i]->str, f->element[i]->len);
-        if (e) srv_feed_add_final(p, e);
+        if (e) srv_feed_add_final_json(p, e);
         cJSON_Delete(e);
     }
     proxy_info info = {{0}, {0}, 0};

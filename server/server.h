@@ -396,6 +396,9 @@ int srv_session_detached_locked(const srv_session *ss);
 void srv_session_emit(srv *s, srv_session *ss, cJSON *ev);
 /* Same, session lock already held. */
 void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev);
+/* A dictation event (borrowed): its sotto.v1 JSON (v1_event.c) is queued as
+ * above, and a final's caption kept for the feed. Session lock held. */
+void srv_session_emit_event_locked(srv *s, srv_session *ss, const sotto_event *ev);
 void srv_session_error(srv *s, srv_session *ss, const char *code, const char *msg, int fatal);
 /* Audio into the session's dictation (session lock held, ss->dict set);
  * what the backlog bound drops, and a final a held speculative pass gave, are
@@ -454,7 +457,11 @@ int srv_feed_claim(srv *s, srv_session *ss, const char *name, const char *key);
  * finals, key and owner only; kept for 1 h, at most 64: feed.c); takes a ref. */
 srv_session *srv_feed_find(srv *s, const char *name);
 int srv_feed_is_viewer_event(const char *type);
-void srv_feed_add_final(srv_session *ss, const cJSON *final_event); /* session lock held */
+/* A final's caption (text without its leading space; nothing for an empty text);
+ * times in seconds. Session lock held. */
+void srv_feed_add_final(srv_session *ss, const char *text, double start, double end, int utterance);
+/* The same from a final event's sotto.v1 JSON (a replayed or remote final). */
+void srv_feed_add_final_json(srv_session *ss, const cJSON *final_event);
 /* Called by session_free: a published session's finals move into an ended
  * feed's record (see srv_feed_find) instead of being freed. */
 void srv_feed_free_captions(srv_session *ss);

@@ -3,6 +3,7 @@
 #include "server.h"
 
 #include "log.h"
+#include "v1_event.h"
 
 #include <libwebsockets.h>
 #include <stdio.h>
@@ -243,27 +244,24 @@ int srv_session_count_locked(srv *s, srv_session *ss, sotto_dictation_stats *st)
 
 /* ---- events ------------------------------------------------------------------ */
 
-void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
-    if (!ev) return;
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(ev, "type");
-    const cJSON *utt = cJSON_GetObjectItemCaseSensitive(ev, "utterance");
-    const char *t = cJSON_IsString(type) ? type->valuestring : "";
-    int partial = strcmp(t, "partial") == 0;
-    int utterance = cJSON_IsNumber(utt) && (partial || !strcmp(t, "commit") || !strcmp(t, "final"))
-                        ? utt->valueint : 0;
-    /* everything needed from ev before it is printed and freed (t points into it) */
-    const int is_ack = strcmp(t, "ack") == 0, is_viewer = srv_feed_is_viewer_event(t),
-              is_done = strcmp(t, "done") == 0;
-    if (ss->feed[0] && !strcmp(t, "final")) srv_feed_add_final(ss, ev);
-    const int is_final = !strcmp(t, "final"), is_commit = !strcmp(t, "commit");
-    t = NULL;
+/* What the ring, the feeds and the checkpoint need to know of an event, so that
+ * nothing reads it back out of its JSON. */
+typedef struct ev_info {
+    int utterance; /* of a partial, commit or final; 0 for the others */
+    int partial, commit, final, ack, done;
+    int viewer;    /* feed viewers get it: speech_start, partial, commit, final, speech_end, done */
+} ev_info;
+
+/* Numbers ev, notes it for the checkpoint and the feed, prints it into the ring
+ * and wakes the writer; takes ownership of ev. */
+static void emit_json_locked(srv *s, srv_session *ss, cJSON *ev, ev_info in) {
     uint64_t seq = ss->next_seq++;
     cJSON_AddNumberToObject(ev, "seq", (double)seq);
-    if (is_final) srv_checkpoint_note_final_locked(ss, ev);
-    else if (is_commit) srv_checkpoint_note_commit_locked(ss);
+    if (in.final) srv_checkpoint_note_final_locked(ss, ev);
+    else if (in.commit) srv_checkpoint_note_commit_locked(ss);
     char *json = cJSON_PrintUnformatted(ev);
-    if (json && is_viewer && ss->feed[0] && s->persist)
-        srv_feed_remote_publish_locked(s, ss, json, strlen(json), ev, is_final, is_done);
+    if (json && in.viewer && ss->feed[0] && s->persist)
+        srv_feed_remote_publish_locked(s, ss, json, strlen(json), ev, in.final, in.done);
     cJSON_Delete(ev);
     if (!json) return;
     srv_event *slot = &ss->ring[seq % SRV_EVENT_RING];
@@ -285,22 +283,60 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     slot->seq = seq;
     slot->json = json;
     slot->len = strlen(json);
-    slot->utterance = utterance;
-    slot->partial = partial;
+    slot->utterance = in.utterance;
+    slot->partial = in.partial;
     slot->superseded = 0;
-    slot->viewer = is_viewer;
-    slot->done = is_done;
+    slot->viewer = in.viewer;
+    slot->done = in.done;
     /* the previous partial of this utterance, or the previous ack, is stale now; when the
        connection lags, write_next skips it (earlier ones were marked when it came) */
-    uint64_t *prev = is_ack ? &ss->last_ack_seq : utterance ? &ss->last_partial_seq : NULL;
+    uint64_t *prev = in.ack ? &ss->last_ack_seq : in.utterance ? &ss->last_partial_seq : NULL;
     if (prev && *prev > ss->sent_upto && *prev >= ss->first_kept && *prev < seq) {
         srv_event *o = &ss->ring[*prev % SRV_EVENT_RING];
-        if (o->seq == *prev && (is_ack || (o->partial && o->utterance == utterance)))
+        if (o->seq == *prev && (in.ack || (o->partial && o->utterance == in.utterance)))
             o->superseded = 1;
     }
-    if (is_ack) ss->last_ack_seq = seq;
-    if (partial) ss->last_partial_seq = seq;
+    if (in.ack) ss->last_ack_seq = seq;
+    if (in.partial) ss->last_partial_seq = seq;
     srv_session_wake(s, ss);
+}
+
+void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
+    if (!ev) return;
+    /* The server's own messages, and events that come back as JSON: finals
+       replayed from a checkpoint, a remote feed's events (fleet.c). */
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(ev, "type");
+    const cJSON *utt = cJSON_GetObjectItemCaseSensitive(ev, "utterance");
+    const char *t = cJSON_IsString(type) ? type->valuestring : "";
+    ev_info in = {0};
+    in.partial = !strcmp(t, "partial");
+    in.commit = !strcmp(t, "commit");
+    in.final = !strcmp(t, "final");
+    in.ack = !strcmp(t, "ack");
+    in.done = !strcmp(t, "done");
+    in.viewer = srv_feed_is_viewer_event(t);
+    if (cJSON_IsNumber(utt) && (in.partial || in.commit || in.final)) in.utterance = utt->valueint;
+    if (in.final && ss->feed[0]) srv_feed_add_final_json(ss, ev);
+    emit_json_locked(s, ss, ev, in);
+}
+
+void srv_session_emit_event_locked(srv *s, srv_session *ss, const sotto_event *ev) {
+    ev_info in = {0};
+    in.partial = ev->kind == SOTTO_EVENT_PARTIAL;
+    in.commit = ev->kind == SOTTO_EVENT_COMMIT;
+    in.final = ev->kind == SOTTO_EVENT_FINAL;
+    in.viewer = sotto_event_for_viewers(ev->kind);
+    if (in.partial || in.commit || in.final) in.utterance = (int)ev->utterance;
+    if (in.final && ss->feed[0])
+        srv_feed_add_final(ss, ev->text, (double)ev->start / 16000.0, (double)ev->end / 16000.0,
+                           in.utterance);
+    cJSON *json = srv_v1_event_json(ev);
+    if (!json) {
+        sotto_log(SOTTO_LOG_WARN, ss->id, "out of memory: a %s event was not sent",
+                  sotto_event_kind_name(ev->kind));
+        return;
+    }
+    emit_json_locked(s, ss, json, in);
 }
 
 void srv_session_emit(srv *s, srv_session *ss, cJSON *ev) {

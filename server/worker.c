@@ -32,9 +32,9 @@
 #define LANG_LOCK_S 4.0 /* audio in a window before its detected language is final */
 #define MAX_PROMPT 448
 
-static void emit_cb(void *user, cJSON *ev) {
+static void emit_cb(void *user, const sotto_event *ev) {
     srv_session *ss = user; /* called with the session lock held */
-    srv_session_emit_locked(ss->srv, ss, ev);
+    srv_session_emit_event_locked(ss->srv, ss, ev);
 }
 
 /* Prompt tokens for the session's initial prompt (context of the first

@@ -201,20 +201,14 @@ void sotto_dictation_free(sotto_dictation *d) {
 
 /* ---- events ---------------------------------------------------------------- */
 
-static double secs(uint64_t sample) { return (double)sample / SR; }
-
-static cJSON *event(const char *type, uint64_t utterance) {
-    cJSON *e = cJSON_CreateObject();
-    if (e) {
-        cJSON_AddStringToObject(e, "type", type);
-        if (utterance) cJSON_AddNumberToObject(e, "utterance", (double)utterance);
-    }
+static sotto_event event(sotto_event_kind kind, uint64_t utterance) {
+    sotto_event e = {0};
+    e.kind = kind;
+    e.utterance = utterance;
     return e;
 }
 
-static void send(sotto_dictation *d, cJSON *e) {
-    if (e) d->emit(d->user, e);
-}
+static void send(sotto_dictation *d, const sotto_event *e) { d->emit(d->user, e); }
 
 static char *text_of(const sotto_dictation *d, const int32_t *t, int n) {
     char *s = sotto_tokenizer_decode(d->tok, t, (size_t)n, NULL);
@@ -299,16 +293,16 @@ static void handle_vad(sotto_dictation *d, const sotto_vad_event *ev, int n) {
         uint64_t at = ev[i].sample + d->origin; /* the VAD counts from the first sample pushed */
         if (ev[i].type == SOTTO_VAD_SPEECH_START && !d->open.id) {
             open_window(d, at);
-            cJSON *e = event("speech_start", d->open.id);
-            if (e) cJSON_AddNumberToObject(e, "start", secs(d->open.start));
-            send(d, e);
+            sotto_event e = event(SOTTO_EVENT_SPEECH_START, d->open.id);
+            e.start = d->open.start;
+            send(d, &e);
         } else if (ev[i].type == SOTTO_VAD_SPEECH_END && d->open.id) {
             uint64_t id = d->open.id;
             uint64_t end = at > d->total ? d->total : at;
             close_open(d, end);
-            cJSON *e = event("speech_end", id);
-            if (e) cJSON_AddNumberToObject(e, "end", secs(end));
-            send(d, e);
+            sotto_event e = event(SOTTO_EVENT_SPEECH_END, id);
+            e.end = end;
+            send(d, &e);
         }
     }
 }
@@ -366,15 +360,11 @@ int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n) {
             d->st.samples_dropped += n;
             if (!d->dropping) {
                 d->dropping = 1;
-                cJSON *e = event("warning", 0);
-                if (e) {
-                    cJSON_AddStringToObject(e, "code", "backlog");
-                    cJSON_AddStringToObject(e, "message",
-                                            "audio arrives faster than it is transcribed; "
-                                            "new audio is being dropped");
-                    cJSON_AddNumberToObject(e, "dropped_seconds", secs(d->st.samples_dropped));
-                }
-                send(d, e);
+                sotto_event e = event(SOTTO_EVENT_WARNING, 0);
+                e.code = "backlog";
+                e.message = "audio arrives faster than it is transcribed; new audio is being dropped";
+                e.dropped = d->st.samples_dropped;
+                send(d, &e);
             }
             return SOTTO_OK;
         }
@@ -542,25 +532,28 @@ const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     return &d->pass;
 }
 
-static void emit_text_event(sotto_dictation *d, const char *type, uint64_t utt, const char *k1,
-                            const char *v1, const char *k2, const char *v2) {
-    cJSON *e = event(type, utt);
-    if (!e) return;
-    cJSON_AddNumberToObject(e, "pass", (double)d->pass.id);
-    cJSON_AddStringToObject(e, k1, v1);
-    if (k2) cJSON_AddStringToObject(e, k2, v2);
-    send(d, e);
+/* A partial event of the pass in flight: the committed text, then the tentative
+ * tokens (none: what an earlier partial showed is withdrawn). */
+static void emit_partial(sotto_dictation *d, const int32_t *tent, int n_tent) {
+    char *committed = text_of(d, d->committed, d->n_committed);
+    char *tentative = text_of(d, tent, n_tent);
+    sotto_event e = event(SOTTO_EVENT_PARTIAL, d->pass.utterance);
+    e.pass = d->pass.id;
+    e.committed = committed;
+    e.committed_tokens = d->committed;
+    e.n_committed = d->n_committed;
+    e.tentative = tentative;
+    e.tentative_tokens = tent;
+    e.n_tentative = n_tent;
+    send(d, &e);
+    free(committed);
+    free(tentative);
 }
 
 void sotto_dictation_on_token(sotto_dictation *d, uint64_t pass_id, int32_t token) {
     if (!d->in_flight || pass_id != d->pass.id || token >= d->eot) return; /* text only */
     if (d->n_pass_tokens < SOTTO_AGREEMENT_MAX_TOKENS) d->pass_tokens[d->n_pass_tokens++] = token;
-    if (!d->p.partials) return;
-    char *committed = text_of(d, d->committed, d->n_committed);
-    char *tent = text_of(d, d->pass_tokens, d->n_pass_tokens);
-    emit_text_event(d, "partial", d->pass.utterance, "committed", committed, "tentative", tent);
-    free(committed);
-    free(tent);
+    if (d->p.partials) emit_partial(d, d->pass_tokens, d->n_pass_tokens);
 }
 
 /* Where a final pass with timestamps stopped transcribing, as Whisper's
@@ -736,7 +729,13 @@ static void commit(sotto_dictation *d, const int32_t *in, int n, int final) {
     char *after = text_of(d, d->committed, d->n_committed);
     size_t bl = strlen(before);
     const char *delta = strncmp(after, before, bl) == 0 ? after + bl : after;
-    emit_text_event(d, "commit", d->pass.utterance, "text", delta, "committed", after);
+    sotto_event e = event(SOTTO_EVENT_COMMIT, d->pass.utterance);
+    e.pass = d->pass.id;
+    e.text = delta;
+    e.committed = after;
+    e.committed_tokens = d->committed;
+    e.n_committed = d->n_committed;
+    send(d, &e);
     free(before);
     free(after);
 }
@@ -796,14 +795,14 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
             return SOTTO_OK;
         }
         char *text = text_of(d, d->committed, d->n_committed);
-        cJSON *e = event("final", w->id);
-        if (e) {
-            cJSON_AddNumberToObject(e, "pass", (double)d->pass.id);
-            cJSON_AddStringToObject(e, "text", text);
-            cJSON_AddNumberToObject(e, "start", secs(w->start));
-            cJSON_AddNumberToObject(e, "end", secs(w->end));
-        }
-        send(d, e);
+        sotto_event e = event(SOTTO_EVENT_FINAL, w->id);
+        e.pass = d->pass.id;
+        e.text = text;
+        e.committed_tokens = d->committed;
+        e.n_committed = d->n_committed;
+        e.start = w->start;
+        e.end = w->end;
+        send(d, &e);
         free(text);
         d->st.samples_final += w->end - w->start;
         if (w->end > d->final_end) d->final_end = w->end;
@@ -852,11 +851,7 @@ void sotto_dictation_reject_pass(sotto_dictation *d, uint64_t pass_id) {
     d->in_flight = 0;
     d->st.passes_rejected++;
     d->last_pass_end = d->pass.start + d->pass.n;
-    if (d->p.partials && d->n_pass_tokens > 0) { /* withdraw what it showed */
-        char *committed = text_of(d, d->committed, d->n_committed);
-        emit_text_event(d, "partial", d->pass.utterance, "committed", committed, "tentative", "");
-        free(committed);
-    }
+    if (d->p.partials && d->n_pass_tokens > 0) emit_partial(d, NULL, 0); /* withdraw what it showed */
 }
 
 void sotto_dictation_abandon_pass(sotto_dictation *d, uint64_t pass_id) {

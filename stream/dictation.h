@@ -23,9 +23,9 @@
  * (engine/repetition.h) runs over the window's committed text plus the
  * new tokens; tokens from where a loop begins are not committed.
  *
- * Events are cJSON objects handed to the emit callback (which takes
- * ownership); the session adds its sequence number. Types: speech_start,
- * partial, commit, final, speech_end, warning.
+ * Events are typed values (event.h) handed to the emit callback, borrowed
+ * for the call; the dictation builds no JSON. Kinds: speech_start, partial,
+ * commit, final, speech_end, warning.
  *
  * Thread-safety: none inside; the owner serialises calls with its own lock
  * (audio arrives on the network thread, passes complete on a worker).
@@ -34,11 +34,11 @@
 #define SOTTO_DICTATION_H
 
 #include "agreement.h"
+#include "event.h"
 #include "sotto_err.h"
 #include "tokenizer.h"
 #include "vad.h"
 
-#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -96,8 +96,6 @@ typedef struct sotto_pass {
     const int32_t *context; /* earlier text (initial prompt, finalized windows) */
     int n_context;
 } sotto_pass;
-
-typedef void (*sotto_emit_fn)(void *user, cJSON *event);
 
 typedef struct sotto_dictation sotto_dictation;
 

@@ -9,7 +9,6 @@
 #include "repetition.h"
 #include "tokenizer.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,42 +19,91 @@
 #define EOT 50256      /* tiny.en: <|endoftext|> */
 #define TS_BEGIN 50363 /* tiny.en: <|0.00|> */
 
+/* A copy of one emitted event (the dictation lends it for the callback only). */
+typedef struct rec {
+    sotto_event ev; /* its pointers point into the copies below */
+    char *text, *committed, *tentative, *code, *message;
+    int32_t *committed_tokens, *tentative_tokens;
+} rec;
+
 typedef struct events {
-    cJSON *list[4096];
-    int n;
+    rec *list;
+    int n, cap;
 } events;
 
-static void on_event(void *user, cJSON *e) {
-    events *ev = user;
-    if (ev->n < 4096) ev->list[ev->n++] = e;
-    else cJSON_Delete(e);
-}
-
-static void events_clear(events *ev) {
-    for (int i = 0; i < ev->n; i++) cJSON_Delete(ev->list[i]);
-    ev->n = 0;
-}
-
-static int count(const events *ev, const char *type) {
-    int c = 0;
-    for (int i = 0; i < ev->n; i++) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev->list[i], "type");
-        c += cJSON_IsString(t) && !strcmp(t->valuestring, type);
-    }
+static char *dup_str(const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *c = malloc(n);
+    if (c) memcpy(c, s, n);
     return c;
 }
 
-static const cJSON *last(const events *ev, const char *type) {
-    for (int i = ev->n - 1; i >= 0; i--) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev->list[i], "type");
-        if (cJSON_IsString(t) && !strcmp(t->valuestring, type)) return ev->list[i];
+static int32_t *dup_tokens(const int32_t *t, int n) {
+    if (!t || n <= 0) return NULL;
+    int32_t *c = malloc(sizeof(int32_t) * (size_t)n);
+    if (c) memcpy(c, t, sizeof(int32_t) * (size_t)n);
+    return c;
+}
+
+static void on_event(void *user, const sotto_event *e) {
+    events *ev = user;
+    if (ev->n == ev->cap) {
+        int cap = ev->cap ? 2 * ev->cap : 64;
+        rec *l = realloc(ev->list, sizeof *l * (size_t)cap);
+        CHECK(l != NULL);
+        if (!l) return;
+        ev->list = l;
+        ev->cap = cap;
     }
+    rec *r = &ev->list[ev->n++];
+    r->ev = *e;
+    r->ev.text = r->text = dup_str(e->text);
+    r->ev.committed = r->committed = dup_str(e->committed);
+    r->ev.tentative = r->tentative = dup_str(e->tentative);
+    r->ev.code = r->code = dup_str(e->code);
+    r->ev.message = r->message = dup_str(e->message);
+    r->ev.committed_tokens = r->committed_tokens = dup_tokens(e->committed_tokens, e->n_committed);
+    r->ev.tentative_tokens = r->tentative_tokens = dup_tokens(e->tentative_tokens, e->n_tentative);
+}
+
+static void events_clear(events *ev) {
+    for (int i = 0; i < ev->n; i++) {
+        rec *r = &ev->list[i];
+        free(r->text);
+        free(r->committed);
+        free(r->tentative);
+        free(r->code);
+        free(r->message);
+        free(r->committed_tokens);
+        free(r->tentative_tokens);
+    }
+    free(ev->list);
+    ev->list = NULL;
+    ev->n = ev->cap = 0;
+}
+
+/* Events of a kind, named as on the wire ("final", ...). */
+static int count(const events *ev, const char *kind) {
+    int c = 0;
+    for (int i = 0; i < ev->n; i++) c += !strcmp(sotto_event_kind_name(ev->list[i].ev.kind), kind);
+    return c;
+}
+
+static const sotto_event *last(const events *ev, const char *kind) {
+    for (int i = ev->n - 1; i >= 0; i--)
+        if (!strcmp(sotto_event_kind_name(ev->list[i].ev.kind), kind)) return &ev->list[i].ev;
     return NULL;
 }
 
-static const char *str(const cJSON *e, const char *k) {
-    const cJSON *v = e ? cJSON_GetObjectItemCaseSensitive(e, k) : NULL;
-    return cJSON_IsString(v) ? v->valuestring : "";
+/* A text field by name; "" where the event or the field is absent. */
+static const char *str(const sotto_event *e, const char *field) {
+    const char *v = !e                               ? NULL
+                    : !strcmp(field, "text")         ? e->text
+                    : !strcmp(field, "committed")    ? e->committed
+                    : !strcmp(field, "tentative")    ? e->tentative
+                                                     : NULL;
+    return v ? v : "";
 }
 
 /* n samples of quiet noise (amp small) or a loud voiced-like signal */
@@ -164,6 +212,9 @@ int main(void) {
         sotto_dictation_on_token(d, ps->id, TS_BEGIN + 5); /* never text */
         CHECK_EQ_INT(count(&ev, "partial"), 1);
         CHECK(!strcmp(str(last(&ev, "partial"), "tentative"), " hello"));
+        const sotto_event *pe = last(&ev, "partial"); /* its tokens: text only */
+        CHECK(pe && pe->utterance == 1 && pe->pass == ps->id && pe->n_tentative == 1 &&
+              pe->tentative_tokens[0] == HELLO && pe->n_committed == 0 && !strcmp(pe->committed, ""));
         int32_t h1[] = {HELLO, WORLD};
         CHECK(sotto_dictation_complete_pass(d, ps->id, h1, 2) == SOTTO_OK);
         CHECK_EQ_INT(count(&ev, "commit"), 0); /* one pass: nothing agreed yet */
@@ -175,6 +226,9 @@ int main(void) {
         CHECK(sotto_dictation_complete_pass(d, ps->id, h2, 2) == SOTTO_OK);
         CHECK_EQ_INT(count(&ev, "commit"), 1);
         CHECK(!strcmp(str(last(&ev, "commit"), "committed"), " hello"));
+        const sotto_event *ce = last(&ev, "commit");
+        CHECK(ce && ce->pass == ps->id && !strcmp(ce->text, " hello") && ce->n_committed == 1 &&
+              ce->committed_tokens[0] == HELLO);
         push(d, 1.1f, 1, &seed);
         ps = sotto_dictation_take_pass(d);
         CHECK(ps && ps->n_prefix == 1 && ps->prefix[0] == HELLO); /* committed is forced */
@@ -185,6 +239,8 @@ int main(void) {
         CHECK(sotto_dictation_complete_pass(d, ps->id, h3, 1) == SOTTO_OK);
         CHECK_EQ_INT(count(&ev, "commit"), 2);
         CHECK(!strcmp(str(last(&ev, "commit"), "committed"), " hello again"));
+        ce = last(&ev, "commit"); /* text: only the words this commit added */
+        CHECK(ce && !strcmp(ce->text, " again") && ce->n_committed == 2 && ce->committed_tokens[1] == AGAIN);
         /* stale completions are refused */
         CHECK(sotto_dictation_complete_pass(d, ps->id, h3, 1) == SOTTO_E_INVALID);
         /* silence ends the utterance: a final pass over the whole window */
@@ -198,6 +254,11 @@ int main(void) {
         CHECK(sotto_dictation_complete_pass(d, ps->id, h4, 1) == SOTTO_OK);
         CHECK_EQ_INT(count(&ev, "final"), 1);
         CHECK(!strcmp(str(last(&ev, "final"), "text"), " hello again there"));
+        const sotto_event *fe0 = last(&ev, "final"), *se0 = last(&ev, "speech_start"),
+                          *ee0 = last(&ev, "speech_end");
+        CHECK(fe0 && se0 && ee0 && fe0->pass == ps->id && fe0->n_committed == 3 &&
+              fe0->committed_tokens[2] == THERE && fe0->start == se0->start && fe0->end == ee0->end &&
+              se0->utterance == 1 && ee0->utterance == 1 && fe0->start < fe0->end);
         sotto_dictation_flush(d, 1);
         CHECK(sotto_dictation_done(d));
         sotto_dictation_free(d);
@@ -239,10 +300,9 @@ int main(void) {
         int32_t h2[] = {TS_BEGIN, AGAIN, THERE, TS_BEGIN + (int32_t)(ps->n / 320) - 10};
         CHECK(sotto_dictation_complete_pass(d, ps->id, h2, 4) == SOTTO_OK);
         CHECK_EQ_INT(count(&ev, "final"), 1);
-        const cJSON *f = last(&ev, "final");
+        const sotto_event *f = last(&ev, "final");
         CHECK(!strcmp(str(f, "text"), " hello world again there"));
-        CHECK_MSG(fabs(cJSON_GetObjectItemCaseSensitive(f, "start")->valuedouble -
-                       (double)start / SR) < 1e-6, "final.start is the window's start");
+        CHECK_MSG(f && f->start == start, "final.start is the window's start");
         sotto_dictation_stats st;
         sotto_dictation_get_stats(d, &st);
         CHECK_EQ_INT(st.continuations, 1);
@@ -503,10 +563,9 @@ int main(void) {
         ps = sotto_dictation_take_pass(d);
         CHECK(ps && ps->final);
         CHECK(sotto_dictation_complete_pass(d, ps->id, hw, 2) == SOTTO_OK);
-        const cJSON *f1 = last(&ev, "final");
+        const sotto_event *f1 = last(&ev, "final");
         CHECK(f1 && !strcmp(str(f1, "text"), " hello world"));
-        const uint64_t start1 =
-            (uint64_t)llround(cJSON_GetObjectItem(f1, "start")->valuedouble * 16000);
+        const uint64_t start1 = f1 ? f1->start : 0;
         /* the next utterance, 0.6 s + VAD delay later */
         push(d, 1.2f, 1, &seed);
         ps = sotto_dictation_take_pass(d);
@@ -564,7 +623,7 @@ int main(void) {
         CHECK_EQ_INT(sotto_dictation_next_utterance(d), 1);
         push(d, 1.5f, 1, &seed); /* speaking: durable stays before the utterance */
         CHECK_EQ_INT(count(&ev, "speech_start"), 1);
-        uint64_t u_start = (uint64_t)(cJSON_GetObjectItem(last(&ev, "speech_start"), "start")->valuedouble * SR + 0.5);
+        uint64_t u_start = last(&ev, "speech_start")->start;
         CHECK(sotto_dictation_durable(d) <= u_start);
         const sotto_pass *ps = sotto_dictation_take_pass(d);
         int32_t h[] = {HELLO, WORLD};
@@ -595,9 +654,9 @@ int main(void) {
         CHECK(sotto_dictation_restore(r, dur, 2) == SOTTO_E_INVALID); /* audio was pushed */
         push(r, 1.5f, 1, &seed);
         CHECK_EQ_INT(count(&ev2, "speech_start"), 1);
-        const cJSON *ss = last(&ev2, "speech_start");
-        CHECK(ss && cJSON_GetObjectItem(ss, "utterance")->valueint == 2);
-        CHECK(ss && cJSON_GetObjectItem(ss, "start")->valuedouble * SR >= (double)dur);
+        const sotto_event *ss = last(&ev2, "speech_start");
+        CHECK(ss && ss->utterance == 2);
+        CHECK(ss && ss->start >= (uint64_t)dur);
         ps = sotto_dictation_take_pass(r);
         CHECK(ps && ps->start >= dur && ps->n_context == 2 && ps->context[1] == WORLD);
         if (ps) sotto_dictation_abandon_pass(r, ps->id);
@@ -605,9 +664,8 @@ int main(void) {
         ps = sotto_dictation_take_pass(r);
         int32_t t[] = {THERE};
         CHECK(ps && ps->final && sotto_dictation_complete_pass(r, ps->id, t, 1) == SOTTO_OK);
-        const cJSON *fin = last(&ev2, "final");
-        CHECK(fin && cJSON_GetObjectItem(fin, "utterance")->valueint == 2 &&
-              cJSON_GetObjectItem(fin, "start")->valuedouble * SR >= (double)dur);
+        const sotto_event *fin = last(&ev2, "final");
+        CHECK(fin && fin->utterance == 2 && fin->start >= (uint64_t)dur);
         CHECK(sotto_dictation_done(r) && sotto_dictation_durable(r) == dur + (uint64_t)(2.0f * SR));
         CHECK(sotto_dictation_restore(d, 0, 1) == SOTTO_E_INVALID);
         sotto_dictation_free(r);
@@ -641,9 +699,8 @@ int main(void) {
         sotto_dictation_flush(b, 1);
         ps = sotto_dictation_take_pass(b);
         CHECK(ps && ps->final && sotto_dictation_complete_pass(b, ps->id, t2, 1) == SOTTO_OK);
-        const cJSON *fb = last(&ev4, "final");
-        CHECK_MSG(fb && !strcmp(str(fb, "text"), " hello there") &&
-                  cJSON_GetObjectItem(fb, "utterance")->valueint == 1,
+        const sotto_event *fb = last(&ev4, "final");
+        CHECK_MSG(fb && !strcmp(str(fb, "text"), " hello there") && fb->utterance == 1,
                   "restored final '%s'", fb ? str(fb, "text") : "(none)");
         CHECK(sotto_dictation_restore_committed(b, ct, n_ct, bound) == SOTTO_E_INVALID);
         sotto_dictation_free(a);
@@ -717,9 +774,8 @@ int main(void) {
         CHECK(sotto_dictation_complete_pass(t, pt->id, hyp, 5) == SOTTO_OK);
         if (spec) CHECK(sotto_dictation_complete_pass(d, spec->id, hyp, 5) == SOTTO_OK);
         /* its result is the final at once, as the twin's */
-        const cJSON *fd = last(&ev, "final"), *ft = last(&evt, "final");
-        CHECK_MSG(fd && ft && !strcmp(str(fd, "text"), str(ft, "text")) &&
-                      cJSON_GetObjectItem(fd, "end")->valuedouble == cJSON_GetObjectItem(ft, "end")->valuedouble,
+        const sotto_event *fd = last(&ev, "final"), *ft = last(&evt, "final");
+        CHECK_MSG(fd && ft && !strcmp(str(fd, "text"), str(ft, "text")) && fd->end == ft->end,
                   "speculative final '%s' vs '%s'", fd ? str(fd, "text") : "-", ft ? str(ft, "text") : "-");
         CHECK(!sotto_dictation_pass_due(d));
         sotto_dictation_stats st;
@@ -750,7 +806,7 @@ int main(void) {
         CHECK(pe && pe->final && !pe->speculative); /* a normal final pass: the held one was stale */
         int32_t fresh[] = {TS_BEGIN, THERE, TS_BEGIN + 150};
         if (pe) CHECK(sotto_dictation_complete_pass(e, pe->id, fresh, 3) == SOTTO_OK);
-        const cJSON *fe = last(&ev2, "final");
+        const sotto_event *fe = last(&ev2, "final");
         CHECK_MSG(fe && !strcmp(str(fe, "text"), " there"), "final after stale speculation '%s'",
                   fe ? str(fe, "text") : "-");
         sotto_dictation_get_stats(e, &st);
@@ -792,6 +848,28 @@ int main(void) {
         events_clear(&evt);
         events_clear(&ev2);
     }
+    /* ---- backlog: audio past max_backlog_s is dropped, with one warning -------- */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        p.max_backlog_s = p.max_window_s + 2; /* the least it may be */
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        CHECK_MSG(d != NULL, "%s", err.msg);
+        if (!d) return check_report();
+        push(d, 1.0f, 0, &seed);
+        for (int i = 0; i < 80; i++) push(d, 0.5f, 1, &seed); /* no pass taken: nothing drains */
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(d, &st);
+        const sotto_event *w = last(&ev, "warning");
+        CHECK_EQ_INT(count(&ev, "warning"), 1); /* once per run of drops */
+        CHECK_MSG(w && w->utterance == 0 && !strcmp(w->code, "backlog") && w->message && *w->message &&
+                      w->dropped > 0 && w->dropped < st.samples_dropped,
+                  "backlog warning: dropped %llu of %llu", w ? (unsigned long long)w->dropped : 0ULL,
+                  (unsigned long long)st.samples_dropped);
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
     sotto_tokenizer_free(tok);
     return check_report();
 }
