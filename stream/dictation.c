@@ -400,9 +400,17 @@ int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n) {
 
 void sotto_dictation_flush(sotto_dictation *d, int end_of_stream) {
     if (end_of_stream && !d->eos) {
+        /* An utterance already in its trailing silence ends where the VAD would
+           have ended it had the silence lasted (its last speech plus the tail),
+           not at the last sample: the same window a speculative pass took. */
+        uint64_t pending;
+        int silent = sotto_vad_pending_end(d->vad, &pending) >= 0;
         sotto_vad_event ev[8];
         int ne = 0;
         sotto_vad_finish(d->vad, ev, 8, &ne);
+        for (int i = 0; i < ne; i++)
+            if (silent && ev[i].type == SOTTO_VAD_SPEECH_END && pending < ev[i].sample)
+                ev[i].sample = pending;
         handle_vad(d, ev, ne);
         d->eos = 1;
     }

@@ -839,6 +839,45 @@ int main(void) {
         push(e, 0.6f, 0, &seed);
         pe = sotto_dictation_take_pass(e);
         CHECK(!pe || !pe->speculative);
+        /* end of stream in the silence a held pass was made for: the utterance ends
+           where the pass assumed (not at the last sample), and the held result is
+           the final at once; with speech up to the end, it ends at the last sample */
+        events ev3 = {0};
+        sotto_dictation *g = sotto_dictation_create(&ps_on, tok, EOT, on_event, &ev3, &err);
+        sotto_dictation_set_timestamps(g, TS_BEGIN);
+        push(g, 1.0f, 0, &seed);
+        push(g, 1.5f, 1, &seed);
+        pe = sotto_dictation_take_pass(g);
+        if (pe) CHECK(sotto_dictation_complete_pass(g, pe->id, hw, 2) == SOTTO_OK);
+        push(g, 0.5f, 0, &seed);
+        pe = sotto_dictation_take_pass(g);
+        CHECK(pe && pe->speculative);
+        const uint64_t spec_to = pe ? pe->start + pe->n : 0;
+        int32_t held2[] = {TS_BEGIN, HELLO, THERE, TS_BEGIN + (pe ? (int32_t)(pe->n / 320) : 0)};
+        if (pe) CHECK(sotto_dictation_complete_pass(g, pe->id, held2, 4) == SOTTO_OK);
+        push(g, 0.2f, 0, &seed); /* 700 ms of silence in all: the VAD has not ended it */
+        CHECK_EQ_INT(count(&ev3, "speech_end"), 0);
+        sotto_dictation_flush(g, 1);
+        fe = last(&ev3, "final");
+        const sotto_event *ge = last(&ev3, "speech_end");
+        CHECK_MSG(fe && !strcmp(str(fe, "text"), " hello there") && ge && ge->end == spec_to &&
+                      fe->end == spec_to,
+                  "end of stream: final '%s' at %llu, the held pass ran to %llu", fe ? str(fe, "text") : "-",
+                  fe ? (unsigned long long)fe->end : 0ULL, (unsigned long long)spec_to);
+        CHECK(!sotto_dictation_pass_due(g) && sotto_dictation_done(g));
+        sotto_dictation_get_stats(g, &st);
+        CHECK(st.spec_used == 1);
+        sotto_dictation_free(g);
+        events_clear(&ev3);
+        g = sotto_dictation_create(&ps_on, tok, EOT, on_event, &ev3, &err);
+        push(g, 1.0f, 0, &seed);
+        push(g, 1.5f, 1, &seed);
+        sotto_dictation_flush(g, 1); /* mid-speech */
+        ge = last(&ev3, "speech_end");
+        CHECK_MSG(ge && ge->end == (uint64_t)(2.5 * SR), "end of stream mid-speech ends at %llu",
+                  ge ? (unsigned long long)ge->end : 0ULL);
+        sotto_dictation_free(g);
+        events_clear(&ev3);
         free(a);
         free(q);
         sotto_dictation_free(d);
