@@ -258,28 +258,30 @@ static inline __attribute__((always_inline)) void weigh_v(const float *s, int n_
         }
 }
 
+/* R <= 4 rows of one head, start to end: scores, softmax, weighted V (the
+ * scores of these rows are still in cache when V is weighed). */
+static inline __attribute__((always_inline)) void rows_kt(const float *q, int q_stride,
+                                                          const float *kt, int kt_stride,
+                                                          const float *v, int v_stride, float *out,
+                                                          int out_stride, int n_kv, int dh,
+                                                          float scale, float *s, const int R) {
+    scores_kt(q, q_stride, kt, kt_stride, s, n_kv, R, dh, scale);
+    for (int r = 0; r < R; r++) softmax_row(s + (size_t)r * n_kv, n_kv);
+    weigh_v(s, n_kv, v, v_stride, out, out_stride, R, dh);
+}
+
 void sotto_attention_rows_kt(const float *q, int q_stride, const float *kt, int kt_stride,
                              const float *v, int v_stride, float *out, int out_stride, int nr,
                              int n_kv, int dh, float scale, float *s) {
     for (int r0 = 0; r0 < nr; r0 += 4) {
         const float *qr = q + (size_t)r0 * q_stride;
-        float *sr = s + (size_t)r0 * n_kv;
+        float *sr = s + (size_t)r0 * n_kv, *o = out + (size_t)r0 * out_stride;
+        /* R is a constant in each call, so the row loops unroll */
         switch (nr - r0) {
-        case 1: scores_kt(qr, q_stride, kt, kt_stride, sr, n_kv, 1, dh, scale); break;
-        case 2: scores_kt(qr, q_stride, kt, kt_stride, sr, n_kv, 2, dh, scale); break;
-        case 3: scores_kt(qr, q_stride, kt, kt_stride, sr, n_kv, 3, dh, scale); break;
-        default: scores_kt(qr, q_stride, kt, kt_stride, sr, n_kv, 4, dh, scale); break;
-        }
-    }
-    for (int r = 0; r < nr; r++) softmax_row(s + (size_t)r * n_kv, n_kv);
-    for (int r0 = 0; r0 < nr; r0 += 4) {
-        const float *sr = s + (size_t)r0 * n_kv;
-        float *o = out + (size_t)r0 * out_stride;
-        switch (nr - r0) {
-        case 1: weigh_v(sr, n_kv, v, v_stride, o, out_stride, 1, dh); break;
-        case 2: weigh_v(sr, n_kv, v, v_stride, o, out_stride, 2, dh); break;
-        case 3: weigh_v(sr, n_kv, v, v_stride, o, out_stride, 3, dh); break;
-        default: weigh_v(sr, n_kv, v, v_stride, o, out_stride, 4, dh); break;
+        case 1: rows_kt(qr, q_stride, kt, kt_stride, v, v_stride, o, out_stride, n_kv, dh, scale, sr, 1); break;
+        case 2: rows_kt(qr, q_stride, kt, kt_stride, v, v_stride, o, out_stride, n_kv, dh, scale, sr, 2); break;
+        case 3: rows_kt(qr, q_stride, kt, kt_stride, v, v_stride, o, out_stride, n_kv, dh, scale, sr, 3); break;
+        default: rows_kt(qr, q_stride, kt, kt_stride, v, v_stride, o, out_stride, n_kv, dh, scale, sr, 4); break;
         }
     }
 }
