@@ -103,6 +103,22 @@ run() { # name command...
 # ephemeral ports (SOTTO_TEST_PORTS, tests/ref/server_client.py free_port), so
 # no two servers race for one. The lane's output is printed, and its failures
 # counted, at join_lane.
+lane_run() { # label failed_file "name|command" ...  (in a subshell of its own)
+  local label=$1 failed=$2 spec name t0 me c0; shift 2
+  for spec in "$@"; do
+    name=${spec%%|*}
+    t0=$SECONDS
+    me=$BASHPID
+    c0=$(child_cpu "$me")
+    echo "=== $name ($label)"
+    if bash -c "${spec#*|}"; then
+      echo "=== $name: ok ($((SECONDS - t0)) s, cpu $(($(child_cpu "$me") - c0)) s)"
+    else
+      echo "=== $name: FAILED ($((SECONDS - t0)) s, cpu $(($(child_cpu "$me") - c0)) s)"
+      echo "$name" >>"$failed"
+    fi
+  done
+}
 lane_pid=""
 lane_log="$root/build/test-lane.log"
 lane_failed="$root/build/test-lane.failed"
@@ -114,19 +130,7 @@ start_lane() { # "name|command" ...
     # OpenMP threads that lose their core to the foreground sleep at a barrier
     # instead of spinning on the other core (CPU the foreground could use)
     export OMP_WAIT_POLICY=PASSIVE
-    for spec in "$@"; do
-      name=${spec%%|*}
-      t0=$SECONDS
-      me=$BASHPID
-      c0=$(child_cpu "$me")
-      echo "=== $name (in the second lane)"
-      if bash -c "${spec#*|}"; then
-        echo "=== $name: ok ($((SECONDS - t0)) s, cpu $(($(child_cpu "$me") - c0)) s)"
-      else
-        echo "=== $name: FAILED ($((SECONDS - t0)) s, cpu $(($(child_cpu "$me") - c0)) s)"
-        echo "$name" >>"$lane_failed"
-      fi
-    done
+    lane_run "in the second lane" "$lane_failed" "$@"
   ) >"$lane_log" 2>&1 &
   lane_pid=$!
 }
@@ -139,6 +143,30 @@ join_lane() {
   cat "$lane_log"
   if [ -f "$lane_failed" ]; then
     while IFS= read -r name; do failures+=("$name"); done <"$lane_failed"
+  fi
+}
+
+# Beside the foreground, at its priority: a test that mostly waits on timeouts
+# (test_security: 4 s of CPU in 70 s) while the foreground runs its twin. Its
+# servers' ports come from a range of their own.
+beside_pid=""
+beside_log="$root/build/test-beside.log"
+beside_failed="$root/build/test-beside.failed"
+start_beside() { # "name|command" ...
+  rm -f "$beside_log" "$beside_failed"
+  (
+    export SOTTO_TEST_PORTS=29000-31999
+    lane_run "beside the foreground" "$beside_failed" "$@"
+  ) >"$beside_log" 2>&1 &
+  beside_pid=$!
+}
+join_beside() {
+  [ -n "$beside_pid" ] || return 0
+  wait "$beside_pid" || true
+  beside_pid=""
+  cat "$beside_log"
+  if [ -f "$beside_failed" ]; then
+    while IFS= read -r name; do failures+=("$name"); done <"$beside_failed"
   fi
 }
 
@@ -197,9 +225,10 @@ else
     start_lane "${lane[@]}"
     # The foreground: the server tests, first those that mostly wait (timeouts,
     # browsers, real-time streams), then those that load both cores.
-    export SOTTO_TEST_PORTS=26000-31999
+    export SOTTO_TEST_PORTS=26000-28999
+    start_beside "security under ASan+UBSan|$(q "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
     run "security: admission, timeouts, frame limits, keys and tokens" "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
-    run "security under ASan+UBSan" "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    join_beside
     run "bounded inputs: static files, methods, uploads, Ogg streams" "$py" "$R/test_inputs.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "bounded inputs under ASan+UBSan" "$py" "$R/test_inputs.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "browser dictation page (headless Chromium, fake microphone)" "$py" "$R/test_web.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
