@@ -80,15 +80,22 @@ rm -rf "$SOTTO_TEST_CACHE"
 # servers count when the test waited for them), to tell CPU-bound steps from
 # steps that mostly wait.
 child_cpu() { awk '{ sub(/.*\) /, ""); printf "%d", ($14 + $15) / 100 }' "/proc/$1/stat"; } # pid
+# A step runs in a subshell of its own that reports its children's CPU: this
+# shell's own count would also take in a lane that happens to end during it.
+step_cpu="$root/build/test-step.cpu"
 run() { # name command...
   local name=$1; shift
   echo "=== $name"
-  local t0=$SECONDS me=$BASHPID c0
-  c0=$(child_cpu "$me")
-  if "$@"; then
-    echo "=== $name: ok ($((SECONDS - t0)) s, cpu $(($(child_cpu "$me") - c0)) s)"
+  local t0=$SECONDS
+  rm -f "$step_cpu"
+  if (
+    if "$@"; then r=0; else r=$?; fi
+    child_cpu "$BASHPID" >"$step_cpu"
+    exit "$r"
+  ); then
+    echo "=== $name: ok ($((SECONDS - t0)) s, cpu $(cat "$step_cpu" 2>/dev/null || echo ?) s)"
   else
-    echo "=== $name: FAILED ($((SECONDS - t0)) s, cpu $(($(child_cpu "$me") - c0)) s)"
+    echo "=== $name: FAILED ($((SECONDS - t0)) s, cpu $(cat "$step_cpu" 2>/dev/null || echo ?) s)"
     failures+=("$name")
   fi
 }
