@@ -328,7 +328,7 @@ void srv_session_emit_event_locked(srv *s, srv_session *ss, const sotto_event *e
     in.viewer = sotto_event_for_viewers(ev->kind);
     if (in.partial || in.commit || in.final) in.utterance = (int)ev->utterance;
     if (in.final && ss->feed[0])
-        srv_feed_add_final(ss, ev->text, (double)ev->start / 16000.0, (double)ev->end / 16000.0,
+        srv_feed_add_final(ss, ev->text, sotto_event_seconds(ev->start), sotto_event_seconds(ev->end),
                            in.utterance);
     cJSON *json = srv_v1_event_json(ev);
     if (!json) {

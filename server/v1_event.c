@@ -3,10 +3,6 @@
 
 #include <string.h>
 
-#define SR 16000.0
-
-static double secs(uint64_t sample) { return (double)sample / SR; }
-
 static int add_str(cJSON *o, const char *key, const char *v) {
     return cJSON_AddStringToObject(o, key, v ? v : "") != NULL;
 }
@@ -21,8 +17,8 @@ cJSON *srv_v1_event_json(const sotto_event *ev) {
     int ok = add_str(o, "type", sotto_event_kind_name(ev->kind));
     if (ev->utterance) ok = ok && add_num(o, "utterance", (double)ev->utterance);
     switch (ev->kind) {
-    case SOTTO_EVENT_SPEECH_START: ok = ok && add_num(o, "start", secs(ev->start)); break;
-    case SOTTO_EVENT_SPEECH_END: ok = ok && add_num(o, "end", secs(ev->end)); break;
+    case SOTTO_EVENT_SPEECH_START: ok = ok && add_num(o, "start", sotto_event_seconds(ev->start)); break;
+    case SOTTO_EVENT_SPEECH_END: ok = ok && add_num(o, "end", sotto_event_seconds(ev->end)); break;
     case SOTTO_EVENT_PARTIAL:
         ok = ok && add_num(o, "pass", (double)ev->pass) && add_str(o, "committed", ev->committed) &&
              add_str(o, "tentative", ev->tentative);
@@ -33,12 +29,12 @@ cJSON *srv_v1_event_json(const sotto_event *ev) {
         break;
     case SOTTO_EVENT_FINAL:
         ok = ok && add_num(o, "pass", (double)ev->pass) && add_str(o, "text", ev->text) &&
-             add_num(o, "start", secs(ev->start)) && add_num(o, "end", secs(ev->end));
+             add_num(o, "start", sotto_event_seconds(ev->start)) && add_num(o, "end", sotto_event_seconds(ev->end));
         break;
     case SOTTO_EVENT_WARNING:
         ok = ok && add_str(o, "code", ev->code) && add_str(o, "message", ev->message);
         if (ev->code && !strcmp(ev->code, "backlog"))
-            ok = ok && add_num(o, "dropped_seconds", secs(ev->dropped));
+            ok = ok && add_num(o, "dropped_seconds", sotto_event_seconds(ev->dropped));
         break;
     }
     if (!ok) {

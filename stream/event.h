@@ -41,6 +41,9 @@ typedef struct sotto_event {
     uint64_t dropped;    /* warning "backlog": samples dropped so far */
 } sotto_event;
 
+/* A sample position in seconds (16 kHz). */
+static inline double sotto_event_seconds(uint64_t sample) { return (double)sample / 16000.0; }
+
 /* The kind's wire name ("speech_start", "partial", ...); "?" for no kind. */
 const char *sotto_event_kind_name(sotto_event_kind kind);
 

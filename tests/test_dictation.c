@@ -130,6 +130,18 @@ static void push(sotto_dictation *d, float seconds, int loud, unsigned *seed) {
     free(x);
 }
 
+/* 1.5 s of speech (its partial pass gives hyp), then 0.5 s of quiet: returns
+ * the speculative final pass that is due then. */
+static const sotto_pass *speak_then_pause(sotto_dictation *d, const int32_t *hyp, int n, unsigned *seed) {
+    push(d, 1.5f, 1, seed);
+    const sotto_pass *p = sotto_dictation_take_pass(d);
+    if (p) CHECK(sotto_dictation_complete_pass(d, p->id, hyp, n) == SOTTO_OK);
+    push(d, 0.5f, 0, seed);
+    p = sotto_dictation_take_pass(d);
+    CHECK(p && p->speculative);
+    return p;
+}
+
 /* Loud speech-like audio with a quiet gap of gap_s seconds at gap_at
  * (seconds from the start of x); x has n samples. */
 static void gen_with_gap(float *x, size_t n, double gap_at, double gap_s, unsigned *seed) {
@@ -813,12 +825,7 @@ int main(void) {
         CHECK(st.spec_used == 0);
         /* held, then the VAD ends the utterance where it assumed: the final comes
            from the audio push itself, no pass needed */
-        push(e, 1.5f, 1, &seed);
-        pe = sotto_dictation_take_pass(e);
-        if (pe) CHECK(sotto_dictation_complete_pass(e, pe->id, hw, 2) == SOTTO_OK);
-        push(e, 0.5f, 0, &seed);
-        pe = sotto_dictation_take_pass(e);
-        CHECK(pe && pe->speculative);
+        pe = speak_then_pause(e, hw, 2, &seed);
         int finals = count(&ev2, "final");
         int32_t held[] = {TS_BEGIN, HELLO, AGAIN, TS_BEGIN + (pe ? (int32_t)(pe->n / 320) : 0)}; /* to its end */
         if (pe) CHECK(sotto_dictation_complete_pass(e, pe->id, held, 4) == SOTTO_OK);
@@ -846,12 +853,7 @@ int main(void) {
         sotto_dictation *g = sotto_dictation_create(&ps_on, tok, EOT, on_event, &ev3, &err);
         sotto_dictation_set_timestamps(g, TS_BEGIN);
         push(g, 1.0f, 0, &seed);
-        push(g, 1.5f, 1, &seed);
-        pe = sotto_dictation_take_pass(g);
-        if (pe) CHECK(sotto_dictation_complete_pass(g, pe->id, hw, 2) == SOTTO_OK);
-        push(g, 0.5f, 0, &seed);
-        pe = sotto_dictation_take_pass(g);
-        CHECK(pe && pe->speculative);
+        pe = speak_then_pause(g, hw, 2, &seed);
         const uint64_t spec_to = pe ? pe->start + pe->n : 0;
         int32_t held2[] = {TS_BEGIN, HELLO, THERE, TS_BEGIN + (pe ? (int32_t)(pe->n / 320) : 0)};
         if (pe) CHECK(sotto_dictation_complete_pass(g, pe->id, held2, 4) == SOTTO_OK);
