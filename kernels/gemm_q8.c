@@ -32,7 +32,9 @@
 #define MC 60        /* rows of x per work unit (a multiple of MR) */
 #define BLK_BYTES (8 * PW * 4 + PW * 4 + PW * 4) /* weights, corrections, scales */
 
-#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+/* Every AVX-512 subset the kernels use (quant_x_row's _mm512_and_ps is DQ):
+ * the build must not depend on -march=native having enabled them. */
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 
 int sotto_gemm_q8_supported(void) {
     static atomic_int cached = -1;
@@ -41,7 +43,8 @@ int sotto_gemm_q8_supported(void) {
         const char *e = getenv("SOTTO_Q8_GEMM");
         __builtin_cpu_init();
         v = !(e && !strcmp(e, "0")) && __builtin_cpu_supports("avx512f") &&
-            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;
