@@ -1,6 +1,6 @@
 /* fuzz_start.c - the native protocol's start and resume checks
- * (srv_start_parse, srv_resume_parse: server/start_parse.c), which ws.c's
- * on_start / on_resume apply.
+ * (srv_start_parse, srv_resume_parse: server/start_parse.c), which
+ * srv_session_start (control.c) and the resume of conn_v1.c apply.
  *
  * Input: a JSON message (cJSON_ParseWithLength). Checks on an accepted start:
  * rate 8000..48000, channels 1..2, the weights offered, the dictation

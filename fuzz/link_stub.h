@@ -1,5 +1,5 @@
 /* link_stub.h - what the dialect harnesses (fuzz_realtime.c, fuzz_deepgram.c)
- * share: a stand-in for ws.c's connection (srv_link_*, compat.h) that records
+ * share: a stand-in for conn_dialect.c's connection (srv_link_*, compat.h) that records
  * what a dialect asks of its session and checks it, a server with two models,
  * and an input format of messages.
  *

@@ -4,7 +4,7 @@
  *
  * A dialect is a WebSocket front end over an ordinary sotto session: it turns
  * the client's messages into the session's operations (start, audio, flush,
- * stop; srv_link_* below, implemented by ws.c) and each session event (the
+ * stop; srv_link_* below, implemented by conn_dialect.c) and each session event (the
  * sotto.v1 JSON in the session's ring, in order) into its own messages. The
  * session, its resume-free event ring, lag handling and limits are the same
  * as for /v1/stream. Runs on the service thread only.
@@ -42,9 +42,9 @@ unsigned char *srv_g711_to_s16le(const unsigned char *in, size_t n, int alaw);
 
 /* ---- WebSocket dialects ---------------------------------------------------------------- */
 
-typedef struct srv_link srv_link; /* ws.c's connection, as a dialect sees it */
+typedef struct srv_link srv_link; /* the connection (conn.h), as a dialect sees it */
 
-/* Session operations (ws.c). start takes a sotto.v1 start message; it
+/* Session operations (conn_dialect.c). start takes a sotto.v1 start message; it
  * returns 0 when the session started (its errors become session error
  * events, which the dialect translates). */
 int srv_link_start(srv_link *l, const cJSON *start_msg);
@@ -84,7 +84,7 @@ void srv_batch_init(srv *s);  /* the queue (before anything else of batch.c) */
 int srv_batch_start(srv *s);  /* the transcriber thread */
 void srv_batch_stop(srv *s);  /* cancels the running job; open requests keep theirs */
 int srv_batch_busy(srv *s);    /* jobs queued or running (drain waits for them) */
-/* HTTP callbacks of ws.c for the batch endpoints; *req is per connection. */
+/* HTTP callbacks (conn_http.c) for the batch endpoints; *req is per connection. */
 int srv_batch_http(srv *s, struct lws *wsi, srv_batch_req **req, const char *uri); /* 1: not ours */
 int srv_batch_body(srv *s, struct lws *wsi, srv_batch_req *req, const void *in, size_t len);
 int srv_batch_body_done(srv *s, struct lws *wsi, srv_batch_req **req);

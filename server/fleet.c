@@ -18,7 +18,7 @@
  * hold the feed gets a proxy: a session-shaped record outside the session
  * table, like feed.c's ended feeds, whose captions come from the list and
  * whose event ring a follower thread fills from the stream (XREAD). The
- * viewer code of ws.c reads a proxy exactly as it reads a local session.
+ * viewer connection (conn_viewer.c, the gateway's writer) reads a proxy exactly as it reads a local session.
  * Proxies without viewers go after PROXY_IDLE_S.
  *
  * Keys, for a feed NAME: sotto:feed:NAME:meta (hash: session, key, owner,

@@ -337,11 +337,11 @@ struct srv {
     } feeds_owned[SRV_FEEDS_OWNED_MAX];
     int n_feeds_owned;
     srv_batch batch; /* its own lock (batch.c), taken without srv->lock */
-    /* Admission (ws.c, the service thread only): open connections, in all and
+    /* Admission (gateway.c, the service thread only): open connections, in all and
        per client address. */
     struct srv_ip_count *conn_ips;
     int n_conn_ips, cap_conn_ips, n_conns;
-    double feeds_refreshed; /* --redis: when live feeds' records were last renewed (ws.c) */
+    double feeds_refreshed; /* --redis: when live feeds' records were last renewed (wakeup.c) */
     struct srv_remote *remote; /* --redis: the fleet's connections and threads (fleet.c) */
     /* Client tokens minted here or adopted from the fleet (auth.c), under tokens_lock. */
     pthread_mutex_t tokens_lock;
@@ -410,8 +410,19 @@ int srv_session_count_locked(srv *s, srv_session *ss, sotto_dictation_stats *st)
 /* Drops detached sessions past the grace period. */
 void srv_sessions_reap(srv *s);
 
-/* Starts ss with a start message (ws.c: the checks and errors of a client's start). */
+/* A session's operations (control.c; the service thread). Errors become the
+ * session's error events. */
+/* Starts ss with a start message: every check of a client's start, a session
+ * slot, the overload policy, the feed claim; the model loads on the loader. */
 void srv_session_start(srv *s, srv_session *ss, const cJSON *msg);
+/* A binary audio message in the session's encoding. */
+void srv_session_audio(srv *s, srv_session *ss, const unsigned char *data, size_t len);
+/* flush (end_of_stream 0: commit what was heard) or stop (1: finish, then done). */
+void srv_session_stop(srv *s, srv_session *ss, int end_of_stream);
+/* Started sessions that have a connection (the --max-sessions slots), except self. */
+int srv_sessions_busy(srv *s, const srv_session *self);
+/* 1 if a session slot is free; else the `overloaded` error on ss (counted) and 0. */
+int srv_session_slot_free(srv *s, srv_session *ss);
 
 /* durability (checkpoint.c) */
 /* Records the timeline after an audio message (service thread, session lock). */
@@ -511,7 +522,7 @@ int srv_auth_check_key(srv *s, struct lws *wsi, int *ident);
 /* A short-lived token for key ident, valid ttl_s seconds; *expires_at is Unix
  * time. -1 if the token table is full of live tokens. */
 int srv_token_mint(srv *s, int ident, double ttl_s, char out[SRV_TOKEN_LEN], double *expires_at);
-/* POST /v1/realtime/client_secrets (HTTP callbacks of ws.c; *req is per
+/* POST /v1/realtime/client_secrets (HTTP callbacks of conn_http.c; *req is per
  * connection): mints a token for the request's key (not a token). srv_secret_http
  * returns 1 when the URI is another endpoint's. */
 typedef struct srv_secret_req srv_secret_req;
@@ -540,7 +551,7 @@ void srv_loader_kick(srv *s);
  * error on ss and counts it), else 1. */
 int srv_admission_check(srv *s, srv_session *ss);
 
-/* gateway (ws.c, http.c) */
+/* gateway (gateway.c, http.c; conn.h has the connection kinds) */
 int srv_gateway_create(srv *s);  /* binds the port; s->ctx */
 void srv_gateway_loop(srv *s);   /* until s->stop */
 void srv_gateway_destroy(srv *s);
@@ -550,5 +561,8 @@ int srv_http_route(srv *s, struct lws *wsi, const char *uri);
 int srv_http_respond(struct lws *wsi, unsigned int status, const char *type, const char *body,
                      size_t len);
 char *srv_metrics_render(srv *s, size_t *len);
+/* The service thread's wake-up (wakeup.c): writeable callbacks for the sessions
+ * with news, checkpoints of detached ones, the drain. */
+void srv_service_wakeup(srv *s);
 
 #endif

@@ -1,6 +1,6 @@
 /* start_parse.h - the checks of the native protocol's `start` and `resume`
  * messages (docs/PROTOCOL.md) as pure functions: no session, no socket, no
- * lock. ws.c's on_start / on_resume call them, then apply the result (model
+ * lock. srv_session_start (control.c) and conn_v1.c's resume call them, then apply the result (model
  * lookup, feed claim, audio decoder, session state); fuzz/fuzz_start.c calls
  * them on arbitrary JSON. */
 #ifndef SOTTO_START_PARSE_H
