@@ -12,7 +12,7 @@
  * Input: byte 0 holds options (bit 0: the session's start fails as on a full
  * server), then records: a flag byte, a little-endian u16 length, that many
  * bytes. Flag bit 0: a binary message; bit 7: not a client message but a
- * session event (sotto.v1 JSON) for the dialect to translate. */
+ * session event (sotto.v1 JSON, typed as the ring holds it) for the dialect to translate. */
 #ifndef SOTTO_FUZZ_LINK_STUB_H
 #define SOTTO_FUZZ_LINK_STUB_H
 
@@ -146,6 +146,15 @@ int srv_auth_check(srv *s, struct lws *wsi, int *ident) {
     return 1;
 }
 
+/* A session event, as JSON, through the dialect's translator (typed, as the
+ * session's ring holds it: ring.h). */
+static inline void fuzz_translate(const srv_dialect *d, void *st, srv_link *l, const cJSON *ev) {
+    srv_event e;
+    if (srv_event_from_json(&e, ev)) return;
+    d->translate(st, l, &e);
+    srv_event_clear(&e);
+}
+
 /* Runs the records of data (after byte 0) through dialect d's state st. */
 static inline void fuzz_run_dialect(const srv_dialect *d, void *st, srv_link *l, const uint8_t *data, size_t size) {
     size_t off = 0;
@@ -162,14 +171,14 @@ static inline void fuzz_run_dialect(const srv_dialect *d, void *st, srv_link *l,
         off += len;
         if (flag & 0x80) {
             cJSON *ev = cJSON_ParseWithLength((const char *)m, len);
-            if (cJSON_IsObject(ev)) d->translate(st, l, ev);
+            if (cJSON_IsObject(ev)) fuzz_translate(d, st, l, ev);
             cJSON_Delete(ev);
         } else {
             d->receive(st, l, flag & 1, m, len);
         }
         free(m);
         for (int i = 0; i < l->n_notes; i++) { /* the session's ring, in order */
-            if (l->notes[i]) d->translate(st, l, l->notes[i]);
+            if (l->notes[i]) fuzz_translate(d, st, l, l->notes[i]);
             cJSON_Delete(l->notes[i]);
         }
         l->n_notes = 0;

@@ -73,7 +73,7 @@ newest_h=$(find "$root/common" "$root/engine" "$root/kernels" "$root/stream" "$r
 objs=()
 for src in "$root"/common/*.c "$root"/engine/*.c "$root"/kernels/*.c "$root"/stream/*.c "$root"/vad/*.c \
            "$root"/server/upload_audio.c "$root"/server/multipart.c "$root"/server/start_parse.c \
-           "$root"/server/feed.c "$root"/server/compat.c "$root"/server/rt_openai.c "$root"/server/dg_listen.c; do
+           "$root"/server/feed.c "$root"/server/ring.c "$root"/server/compat.c "$root"/server/rt_openai.c "$root"/server/dg_listen.c; do
   [ -f "$src" ] || continue
   [ "$(basename "$src")" = gpu_cuda.c ] && continue
   rel=${src#"$root"/}

@@ -4,8 +4,8 @@
  *
  * A dialect is a WebSocket front end over an ordinary sotto session: it turns
  * the client's messages into the session's operations (start, audio, flush,
- * stop; srv_link_* below, implemented by conn_dialect.c) and each session event (the
- * sotto.v1 JSON in the session's ring, in order) into its own messages. The
+ * stop; srv_link_* below, implemented by conn_dialect.c) and each session event (typed:
+ * ring.h, in order) into its own messages. The
  * session, its resume-free event ring, lag handling and limits are the same
  * as for /v1/stream. Runs on the service thread only.
  */
@@ -68,8 +68,8 @@ typedef struct srv_dialect {
     /* The connection was accepted (key, capacity): the dialect's greeting, or NULL. */
     void (*welcome)(void *st, srv_link *l);
     void (*receive)(void *st, srv_link *l, int binary, const unsigned char *data, size_t len);
-    /* One session event, in order; sends what the client should see. */
-    void (*translate)(void *st, srv_link *l, const cJSON *ev);
+    /* One session event (typed, ring.h), in order; sends what the client should see. */
+    void (*translate)(void *st, srv_link *l, const srv_event *ev);
     void (*close)(void *st);
 } srv_dialect;
 

@@ -52,9 +52,10 @@ typedef struct srv_conn_kind {
     /* A complete message: c->rx[0..c->rx_len), truncated to
      * --max-frame-bytes when c->rx_overflow. */
     void (*receive)(srv *s, srv_conn *c, int binary);
-    /* One ring event (its sotto.v1 JSON) turned into the kind's own messages
-     * (srv_conn_say); NULL: the JSON is written as it is. */
-    void (*translate)(srv *s, srv_conn *c, const cJSON *ev);
+    /* One ring event (typed, ring.h; a copy, without the session lock) turned
+     * into the kind's own messages (srv_conn_say); NULL: its sotto.v1 JSON is
+     * written as it is. */
+    void (*translate)(srv *s, srv_conn *c, const srv_event *ev);
     void (*timer)(srv *s, srv_conn *c); /* NULL: no timer */
     void (*close)(srv *s, srv_conn *c); /* before the gateway frees what it owns */
 } srv_conn_kind;

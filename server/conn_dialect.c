@@ -69,7 +69,7 @@ static void dialect_receive(srv *s, srv_conn *c, int binary) {
     if (srv_conn_session_ready(s, c)) c->d->receive(c->dst, (srv_link *)c, binary, c->rx, c->rx_len);
 }
 
-static void dialect_translate(srv *s, srv_conn *c, const cJSON *ev) {
+static void dialect_translate(srv *s, srv_conn *c, const srv_event *ev) {
     (void)s;
     c->d->translate(c->dst, (srv_link *)c, ev);
 }

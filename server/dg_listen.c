@@ -346,23 +346,6 @@ static void dg_receive(void *st, srv_link *l, int binary, const unsigned char *d
 
 /* ---- session events ---------------------------------------------------------------------- */
 
-static double dnum(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0;
-}
-
-static const char *jstr(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-/* An event's utterance number: 1.. (0 if absent or out of int range; the
- * range check comes before the conversion). */
-static int utt_of(const cJSON *ev) {
-    double u = dnum(ev, "utterance");
-    return u >= 1 && u <= 2147483647.0 ? (int)u : 0;
-}
-
 static cJSON *channel_index(void) {
     cJSON *a = cJSON_CreateArray();
     cJSON_AddItemToArray(a, cJSON_CreateNumber(0));
@@ -416,15 +399,13 @@ static void send_results(srv_link *l, dg *d, const char *text, double start, dou
     send_obj(l, o);
 }
 
-static void dg_translate(void *st, srv_link *l, const cJSON *ev) {
+static void dg_translate(void *st, srv_link *l, const srv_event *ev) {
     dg *d = st;
-    const char *type = jstr(ev, "type");
-    if (!type) return;
-    if (!strcmp(type, "ack")) {
-        double off = dnum(ev, "offset");
+    if (ev->type == SRV_EV_ACK) {
+        double off = ev->offset;
         d->audio_s = d->ss->encoding == SOTTO_ENCODING_OPUS ? off * 0.02 : off / (d->q.rate ? d->q.rate : 16000);
-    } else if (!strcmp(type, "speech_start")) {
-        d->utt_start = dnum(ev, "start");
+    } else if (ev->type == SRV_EV_SPEECH_START) {
+        d->utt_start = ev->start;
         d->last_interim[0] = '\0';
         if (d->q.vad_events) {
             cJSON *o = cJSON_CreateObject();
@@ -435,20 +416,20 @@ static void dg_translate(void *st, srv_link *l, const cJSON *ev) {
             cJSON_AddNumberToObject(o, "timestamp", d->utt_start);
             send_obj(l, o);
         }
-    } else if (!strcmp(type, "partial") && d->q.interim) {
-        const char *c = jstr(ev, "committed"), *t = jstr(ev, "tentative");
+    } else if (ev->type == SRV_EV_PARTIAL && d->q.interim) {
+        const char *c = ev->committed, *t = ev->tentative;
         char text[2048];
         snprintf(text, sizeof text, "%s%s", c ? c : "", t ? t : "");
         if (!strcmp(text, d->last_interim)) return;
         snprintf(d->last_interim, sizeof d->last_interim, "%s", text);
         send_results(l, d, text, d->utt_start, d->audio_s > d->utt_start ? d->audio_s : d->utt_start, 0, 0, 0);
-    } else if (!strcmp(type, "speech_end")) {
-        int u = utt_of(ev);
+    } else if (ev->type == SRV_EV_SPEECH_END) {
+        int u = ev->utterance;
         if (u > 0) d->ended[u % 64] = u;
-    } else if (!strcmp(type, "final")) {
-        int utt = utt_of(ev);
-        const char *text = jstr(ev, "text");
-        double start = dnum(ev, "start"), end = dnum(ev, "end");
+    } else if (ev->type == SRV_EV_FINAL) {
+        int utt = ev->utterance;
+        const char *text = ev->text;
+        double start = ev->start, end = ev->end;
         int speech_final = utt > 0 && d->ended[utt % 64] == utt;
         send_results(l, d, text ? text : "", start, end, 1, speech_final, d->finalize_pending);
         d->finalize_pending = 0;
@@ -461,14 +442,14 @@ static void dg_translate(void *st, srv_link *l, const cJSON *ev) {
             cJSON_AddNumberToObject(o, "last_word_end", end);
             send_obj(l, o);
         }
-    } else if (!strcmp(type, "error")) {
-        const char *code = jstr(ev, "code"), *msg = jstr(ev, "message");
-        int fatal = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ev, "fatal"));
+    } else if (ev->type == SRV_EV_ERROR) {
+        const char *code = ev->code, *msg = ev->message;
+        int fatal = ev->fatal;
         char variant[64];
         snprintf(variant, sizeof variant, "%s", code ? code : "error");
         for (char *p = variant; *p; p++) *p = (char)toupper((unsigned char)*p);
         send_error(l, variant, msg ? msg : "error", fatal);
-    } else if (!strcmp(type, "done")) {
+    } else if (ev->type == SRV_EV_DONE) {
         cJSON *o = cJSON_CreateObject();
         if (!o) return;
         cJSON_AddStringToObject(o, "type", "Metadata");
@@ -476,7 +457,7 @@ static void dg_translate(void *st, srv_link *l, const cJSON *ev) {
         cJSON_AddStringToObject(o, "request_id", d->request_id);
         cJSON_AddStringToObject(o, "sha256", "");
         cJSON_AddStringToObject(o, "created", d->created);
-        cJSON_AddNumberToObject(o, "duration", dnum(ev, "audio_seconds") + dnum(ev, "dropped_seconds"));
+        cJSON_AddNumberToObject(o, "duration", ev->audio_s + ev->dropped_s);
         cJSON_AddNumberToObject(o, "channels", 1);
         cJSON_AddItemToObject(o, "models", cJSON_CreateArray());
         cJSON_AddItemToObject(o, "model_info", cJSON_CreateObject());

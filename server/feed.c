@@ -177,11 +177,6 @@ int srv_feed_claim(srv *s, srv_session *ss, const char *name, const char *key) {
     return rc;
 }
 
-int srv_feed_is_viewer_event(const char *type) {
-    return !strcmp(type, "partial") || !strcmp(type, "commit") || !strcmp(type, "final") ||
-           !strcmp(type, "speech_start") || !strcmp(type, "speech_end") || !strcmp(type, "done");
-}
-
 void srv_feed_add_final(srv_session *ss, const char *text, double start, double end, int utterance) {
     if (!text) return;
     while (*text == ' ') text++;

@@ -178,21 +178,24 @@ int srv_conn_write(srv *s, srv_conn *c) {
             return -1;
         }
         const srv_event *ev = &ss->ring[seq % SRV_EVENT_RING];
+        *cursor = seq;
+        if (c->kind->translate) { /* typed, without the lock; its messages join the own queue */
+            srv_event copy;
+            int ok = srv_event_copy_fields(&copy, ev) == 0;
+            pthread_mutex_unlock(&ss->lock);
+            if (!ok) return -1;
+            c->kind->translate(s, c, &copy);
+            srv_event_clear(&copy);
+            continue;
+        }
         size_t len = ev->len;
-        int is_done = ev->done;
+        int is_done = ev->type == SRV_EV_DONE;
         if (ensure_tx(c, len)) {
             pthread_mutex_unlock(&ss->lock);
             return -1;
         }
         memcpy(c->tx + LWS_PRE, ev->json, len); /* straight from the ring */
-        *cursor = seq;
         pthread_mutex_unlock(&ss->lock);
-        if (c->kind->translate) { /* its messages join the own queue */
-            cJSON *j = cJSON_ParseWithLength((const char *)c->tx + LWS_PRE, len);
-            if (j) c->kind->translate(s, c, j);
-            cJSON_Delete(j);
-            continue;
-        }
         if (lws_write(wsi, c->tx + LWS_PRE, len, LWS_WRITE_TEXT) < (int)len) return -1;
         wrote = 1;
         atomic_fetch_add(&s->m.events_sent, 1);

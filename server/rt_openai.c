@@ -24,6 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The note (srv_link_note) that marks input_audio_buffer.clear among the
+ * session's events, so that the clear applies in order. */
+#define RT_CLEAR "x_rt_clear"
+
 enum { F_PCM16, F_ULAW, F_ALAW };
 
 typedef struct rt {
@@ -376,7 +380,7 @@ static void rt_receive(void *st, srv_link *l, int binary, const unsigned char *d
         r->bytes_since_commit = 0;
         if (srv_link_started(l)) {
             cJSON *note = cJSON_CreateObject();
-            if (note) cJSON_AddStringToObject(note, "type", "x_rt_clear");
+            if (note) cJSON_AddStringToObject(note, "type", RT_CLEAR);
             srv_link_note(l, note); /* in order with the events already queued */
             srv_link_flush(l, 0);
         } else {
@@ -392,21 +396,9 @@ static void rt_receive(void *st, srv_link *l, int binary, const unsigned char *d
 
 /* ---- session events ---------------------------------------------------------------------- */
 
-static double dnum(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0;
-}
-
-/* An event's utterance number: 1.. (0 if absent or out of int range; the
- * range check comes before the conversion, a double outside int is UB). */
-static int utt_of(const cJSON *ev) {
-    double u = dnum(ev, "utterance");
-    return u >= 1 && u <= 2147483647.0 ? (int)u : 0;
-}
-
-/* Seconds of an event field as whole milliseconds, clamped to 0..INT_MAX. */
-static int ms_of(const cJSON *ev, const char *k) {
-    double ms = dnum(ev, k) * 1000 + 0.5;
+/* Seconds as whole milliseconds, clamped to 0..INT_MAX. */
+static int ms_of(double seconds) {
+    double ms = seconds * 1000 + 0.5;
     return ms >= 0 ? ms < 2147483647.0 ? (int)ms : 2147483647 : 0;
 }
 
@@ -458,36 +450,33 @@ static int close_status(const char *code) {
     return 0;
 }
 
-static void rt_translate(void *st, srv_link *l, const cJSON *ev) {
+static void rt_translate(void *st, srv_link *l, const srv_event *ev) {
     rt *r = st;
-    const char *type = jstr(ev, "type");
-    if (!type) return;
-    int utt = utt_of(ev);
+    int utt = ev->utterance;
     char id[64];
     if (utt) item_id(r, utt, id, sizeof id);
     if (utt > 0 && r->cleared[utt % 64] == utt) return; /* cleared */
-    if (!strcmp(type, "speech_start")) {
+    if (ev->type == SRV_EV_SPEECH_START) {
         r->speech_utt = utt;
         if (!r->vad) return;
         cJSON *o = ev_new("input_audio_buffer.speech_started");
         if (!o) return;
-        cJSON_AddNumberToObject(o, "audio_start_ms", ms_of(ev, "start"));
+        cJSON_AddNumberToObject(o, "audio_start_ms", ms_of(ev->start));
         cJSON_AddStringToObject(o, "item_id", id);
         send_obj(l, r, o);
-    } else if (!strcmp(type, "speech_end")) {
+    } else if (ev->type == SRV_EV_SPEECH_END) {
         if (r->vad) {
             cJSON *o = ev_new("input_audio_buffer.speech_stopped");
             if (!o) return;
-            cJSON_AddNumberToObject(o, "audio_end_ms", ms_of(ev, "end"));
+            cJSON_AddNumberToObject(o, "audio_end_ms", ms_of(ev->end));
             cJSON_AddStringToObject(o, "item_id", id);
             send_obj(l, r, o);
         }
         send_committed(l, r, utt);
-    } else if (!strcmp(type, "commit")) {
-        const char *c = jstr(ev, "committed");
-        if (c) send_delta(l, r, utt, c);
-    } else if (!strcmp(type, "final")) {
-        const char *text = jstr(ev, "text");
+    } else if (ev->type == SRV_EV_COMMIT) {
+        if (ev->committed) send_delta(l, r, utt, ev->committed);
+    } else if (ev->type == SRV_EV_FINAL) {
+        const char *text = ev->text;
         if (!text) return;
         send_committed(l, r, utt);
         send_delta(l, r, utt, text);
@@ -500,16 +489,16 @@ static void rt_translate(void *st, srv_link *l, const cJSON *ev) {
         cJSON_AddStringToObject(o, "transcript", t);
         cJSON *u = cJSON_AddObjectToObject(o, "usage");
         cJSON_AddStringToObject(u, "type", "duration");
-        cJSON_AddNumberToObject(u, "seconds", dnum(ev, "end") - dnum(ev, "start"));
+        cJSON_AddNumberToObject(u, "seconds", ev->end - ev->start);
         send_obj(l, r, o);
-    } else if (!strcmp(type, "x_rt_clear")) {
+    } else if (ev->type == SRV_EV_NOTE && !strcmp(ev->text, RT_CLEAR)) {
         /* the utterance in progress is dropped unless already committed */
         int u = r->speech_utt;
         if (u > 0 && r->committed[u % 64] != u) r->cleared[u % 64] = u;
         send_obj(l, r, ev_new("input_audio_buffer.cleared"));
-    } else if (!strcmp(type, "error")) {
-        const char *code = jstr(ev, "code"), *msg = jstr(ev, "message");
-        int fatal = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ev, "fatal"));
+    } else if (ev->type == SRV_EV_ERROR) {
+        const char *code = ev->code, *msg = ev->message;
+        int fatal = ev->fatal;
         int server = code && (!strcmp(code, "internal") || !strcmp(code, "overloaded") ||
                               !strcmp(code, "shutting_down") || !strcmp(code, "model_load_failed"));
         if (utt && r->committed[utt % 64] == utt) { /* a transcription that failed */

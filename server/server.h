@@ -23,6 +23,7 @@
 #include "dictation.h"
 #include "scheduler.h"
 #include "linear.h"
+#include "ring.h"
 #include "silero.h"
 #include "transcribe.h"
 #include "whisper.h"
@@ -152,19 +153,6 @@ typedef enum srv_sess_state {
     SESS_DONE        /* everything sent; closing */
 } srv_sess_state;
 
-typedef struct srv_event {
-    uint64_t seq;
-    char *json; /* with seq; malloc'd */
-    size_t len;
-    int utterance;  /* of partial/commit/final events; 0 for the others */
-    int partial;    /* a partial event */
-    int viewer;     /* feed viewers get it (speech_start, partial, commit, final,
-                       speech_end, done) */
-    int done;       /* the `done` event */
-    int superseded; /* a partial that a later partial/commit/final of its utterance replaces,
-                       or an ack that a later ack replaces: skipped when the connection
-                       lags (SRV_LAG_SKIP events behind), never the reason to cull it */
-} srv_event;
 
 /* A connection more than this many events behind skips superseded partials. */
 #define SRV_LAG_SKIP 64
@@ -467,7 +455,6 @@ int srv_feed_claim(srv *s, srv_session *ss, const char *name, const char *key);
 /* The live session publishing name, else the record of an ended one (its
  * finals, key and owner only; kept for 1 h, at most 64: feed.c); takes a ref. */
 srv_session *srv_feed_find(srv *s, const char *name);
-int srv_feed_is_viewer_event(const char *type);
 /* A final's caption (text without its leading space; nothing for an empty text);
  * times in seconds. Session lock held. */
 void srv_feed_add_final(srv_session *ss, const char *text, double start, double end, int utterance);

@@ -91,7 +91,7 @@ static void session_free(srv *s, srv_session *ss) {
     if (ss->sm) srv_model_release(s, ss->sm);
     sotto_audio_in_free(ss->ain);
     sotto_dictation_free(ss->dict);
-    for (int i = 0; i < SRV_EVENT_RING; i++) free(ss->ring[i].json);
+    for (int i = 0; i < SRV_EVENT_RING; i++) srv_event_clear(&ss->ring[i]);
     free(ss->pending);
     free(ss->prompt);
     free(ss->prompt_tokens);
@@ -244,26 +244,26 @@ int srv_session_count_locked(srv *s, srv_session *ss, sotto_dictation_stats *st)
 
 /* ---- events ------------------------------------------------------------------ */
 
-/* What the ring, the feeds and the checkpoint need to know of an event, so that
- * nothing reads it back out of its JSON. */
-typedef struct ev_info {
-    int utterance; /* of a partial, commit or final; 0 for the others */
-    int partial, commit, final, ack, done;
-    int viewer;    /* feed viewers get it: speech_start, partial, commit, final, speech_end, done */
-} ev_info;
-
-/* Numbers ev, notes it for the checkpoint and the feed, prints it into the ring
- * and wakes the writer; takes ownership of ev. */
-static void emit_json_locked(srv *s, srv_session *ss, cJSON *ev, ev_info in) {
+/* Numbers an event, notes it for the checkpoint and the feed, prints its
+ * JSON into the ring beside its typed fields and wakes the writer. Takes ev
+ * and what e owns. */
+static void ring_put_locked(srv *s, srv_session *ss, cJSON *ev, srv_event *e) {
     uint64_t seq = ss->next_seq++;
     cJSON_AddNumberToObject(ev, "seq", (double)seq);
-    if (in.final) srv_checkpoint_note_final_locked(ss, ev);
-    else if (in.commit) srv_checkpoint_note_commit_locked(ss);
+    int final = e->type == SRV_EV_FINAL, ack = e->type == SRV_EV_ACK;
+    int utt = e->type == SRV_EV_PARTIAL || e->type == SRV_EV_COMMIT || final ? e->utterance : 0;
+    e->viewer = srv_event_for_viewers(e->type);
+    if (final) srv_checkpoint_note_final_locked(ss, ev);
+    else if (e->type == SRV_EV_COMMIT) srv_checkpoint_note_commit_locked(ss);
     char *json = cJSON_PrintUnformatted(ev);
-    if (json && in.viewer && ss->feed[0] && s->persist)
-        srv_feed_remote_publish_locked(s, ss, json, strlen(json), ev, in.final, in.done);
+    if (json && e->viewer && ss->feed[0] && s->persist)
+        srv_feed_remote_publish_locked(s, ss, json, strlen(json), ev, final, e->type == SRV_EV_DONE);
     cJSON_Delete(ev);
-    if (!json) return;
+    if (!json) {
+        sotto_log(SOTTO_LOG_WARN, ss->id, "out of memory: an event was not sent");
+        srv_event_clear(e);
+        return;
+    }
     srv_event *slot = &ss->ring[seq % SRV_EVENT_RING];
     if (slot->json) { /* overwriting the oldest kept event */
         if (slot->seq > ss->sent_upto) { /* never sent: the client lags */
@@ -277,27 +277,24 @@ static void emit_json_locked(srv *s, srv_session *ss, cJSON *ev, ev_info in) {
                           SRV_EVENT_RING);
             }
         }
-        free(slot->json);
         ss->first_kept = slot->seq + 1;
+        srv_event_clear(slot);
     }
+    *slot = *e; /* the strings move into the ring */
+    memset(e, 0, sizeof *e);
     slot->seq = seq;
     slot->json = json;
     slot->len = strlen(json);
-    slot->utterance = in.utterance;
-    slot->partial = in.partial;
     slot->superseded = 0;
-    slot->viewer = in.viewer;
-    slot->done = in.done;
     /* the previous partial of this utterance, or the previous ack, is stale now; when the
-       connection lags, write_next skips it (earlier ones were marked when it came) */
-    uint64_t *prev = in.ack ? &ss->last_ack_seq : in.utterance ? &ss->last_partial_seq : NULL;
+       connection lags, the writer skips it (earlier ones were marked when it came) */
+    uint64_t *prev = ack ? &ss->last_ack_seq : utt ? &ss->last_partial_seq : NULL;
     if (prev && *prev > ss->sent_upto && *prev >= ss->first_kept && *prev < seq) {
         srv_event *o = &ss->ring[*prev % SRV_EVENT_RING];
-        if (o->seq == *prev && (in.ack || (o->partial && o->utterance == in.utterance)))
-            o->superseded = 1;
+        if (o->seq == *prev && (ack || (o->type == SRV_EV_PARTIAL && o->utterance == utt))) o->superseded = 1;
     }
-    if (in.ack) ss->last_ack_seq = seq;
-    if (in.partial) ss->last_partial_seq = seq;
+    if (ack) ss->last_ack_seq = seq;
+    if (slot->type == SRV_EV_PARTIAL) ss->last_partial_seq = seq;
     srv_session_wake(s, ss);
 }
 
@@ -305,38 +302,29 @@ void srv_session_emit_locked(srv *s, srv_session *ss, cJSON *ev) {
     if (!ev) return;
     /* The server's own messages, and events that come back as JSON: finals
        replayed from a checkpoint, a remote feed's events (fleet.c). */
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(ev, "type");
-    const cJSON *utt = cJSON_GetObjectItemCaseSensitive(ev, "utterance");
-    const char *t = cJSON_IsString(type) ? type->valuestring : "";
-    ev_info in = {0};
-    in.partial = !strcmp(t, "partial");
-    in.commit = !strcmp(t, "commit");
-    in.final = !strcmp(t, "final");
-    in.ack = !strcmp(t, "ack");
-    in.done = !strcmp(t, "done");
-    in.viewer = srv_feed_is_viewer_event(t);
-    if (cJSON_IsNumber(utt) && (in.partial || in.commit || in.final)) in.utterance = utt->valueint;
-    if (in.final && ss->feed[0]) srv_feed_add_final_json(ss, ev);
-    emit_json_locked(s, ss, ev, in);
+    srv_event e;
+    if (srv_event_from_json(&e, ev)) {
+        cJSON_Delete(ev);
+        sotto_log(SOTTO_LOG_WARN, ss->id, "out of memory: an event was not sent");
+        return;
+    }
+    if (e.type == SRV_EV_FINAL && ss->feed[0]) srv_feed_add_final_json(ss, ev);
+    ring_put_locked(s, ss, ev, &e);
 }
 
 void srv_session_emit_event_locked(srv *s, srv_session *ss, const sotto_event *ev) {
-    ev_info in = {0};
-    in.partial = ev->kind == SOTTO_EVENT_PARTIAL;
-    in.commit = ev->kind == SOTTO_EVENT_COMMIT;
-    in.final = ev->kind == SOTTO_EVENT_FINAL;
-    in.viewer = sotto_event_for_viewers(ev->kind);
-    if (in.partial || in.commit || in.final) in.utterance = (int)ev->utterance;
-    if (in.final && ss->feed[0])
+    if (ev->kind == SOTTO_EVENT_FINAL && ss->feed[0])
         srv_feed_add_final(ss, ev->text, sotto_event_seconds(ev->start), sotto_event_seconds(ev->end),
-                           in.utterance);
+                           (int)ev->utterance);
+    srv_event e;
     cJSON *json = srv_v1_event_json(ev);
-    if (!json) {
+    if (!json || srv_event_from_dictation(&e, ev)) {
+        cJSON_Delete(json);
         sotto_log(SOTTO_LOG_WARN, ss->id, "out of memory: a %s event was not sent",
                   sotto_event_kind_name(ev->kind));
         return;
     }
-    emit_json_locked(s, ss, json, in);
+    ring_put_locked(s, ss, json, &e);
 }
 
 void srv_session_emit(srv *s, srv_session *ss, cJSON *ev) {
