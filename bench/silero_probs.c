@@ -4,7 +4,7 @@
  * usage: silero_probs MODEL.safetensors FILE.wav         probabilities
  *        silero_probs --bench MODEL.safetensors FILE.wav  time per chunk
  *
- * The WAV is read as 16 kHz mono (resampled if needed, stream/audio.h).
+ * The WAV is read as 16 kHz mono (resampled if needed, include/audio.h).
  * Chunks are consecutive, from sample 0, with state carried from chunk to
  * chunk; a last partial chunk is zero-padded to 512 samples (as silero's
  * get_speech_timestamps does). Probabilities are printed with %.9g.

@@ -1,5 +1,5 @@
 /* cmd_calibrate.c - `sotto calibrate`: records the activation statistics
- * that weight the 4-bit quantizers' error (engine/calib.h). */
+ * that weight the 4-bit quantizers' error (include/calib.h). */
 #include "audio.h"
 #include "calib.h"
 #include "commands.h"

@@ -51,7 +51,7 @@ done
 
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 cflags="-std=c11 -g -O1 -march=native -fopenmp=libgomp $san -Wno-unknown-pragmas
-  -I$root/common -I$root/engine -I$root/kernels -I$root/stream -I$root/vad -I$root/server
+  -I$root/include -I$root/common -I$root/engine -I$root/kernels -I$root/stream -I$root/vad -I$root/server
   -I$root/fuzz $blas_inc $(pkg-config --cflags $pkgs)"
 libs="$(pkg-config --libs $pkgs) $blas_lib -lz -lm -lpthread -lgomp"
 
@@ -67,7 +67,7 @@ wait_all() { # waits for every background job; fails if any failed
 # The library (as CMake's `sotto` target, without the CUDA backend), rebuilt
 # when a source or any header is newer than its object.
 mkdir -p "$out/obj"
-newest_h=$(find "$root/common" "$root/engine" "$root/kernels" "$root/stream" "$root/vad" "$root/server" \
+newest_h=$(find "$root/include" "$root/common" "$root/engine" "$root/kernels" "$root/stream" "$root/vad" "$root/server" \
   "$root/fuzz" -name '*.h' -newer "$out/obj/.stamp" 2>/dev/null | head -1 || true)
 [ -f "$out/obj/.stamp" ] || newest_h=all
 objs=()

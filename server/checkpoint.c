@@ -2,7 +2,7 @@
  * instance (issue 16): the durable point of its audio, and the checkpoint
  * document written to Redis (persist.h) at each final.
  *
- * The durable point is the dictation's (stream/dictation.h): everything
+ * The durable point is the dictation's (include/dictation.h): everything
  * before it is final and sent, nothing after it is in a final. Clients
  * count audio in units (PCM frames, Opus packets), so each audio message
  * leaves a mark (units, samples) and the durable offset is the newest mark

@@ -5,7 +5,7 @@
  *     audio decoding, VAD; it never runs the model;
  *   - one inference worker (worker.c): encoder passes and batched decoder
  *     steps, scheduled oldest-due-first per weight variant under the
- *     overload policy of stream/scheduler.h; it never touches sockets. It
+ *     overload policy of include/scheduler.h; it never touches sockets. It
  *     appends events to session queues and wakes the service thread with
  *     lws_cancel_service();
  *   - one model loader (worker.c): loads the variants that starting
@@ -70,7 +70,7 @@ typedef struct srv_options {
     int audio_ctx;            /* srv_audio_ctx: which passes encode only their audio */
     double audio_ctx_pad_ms;  /* padding kept after the audio of such a window */
     double speculate_ms;      /* silence after which a final pass is decoded before the VAD
-                                 ends the utterance (0: off; stream/dictation.h) */
+                                 ends the utterance (0: off; include/dictation.h) */
     char web_dir[1024];
     char tls_cert[1024], tls_key[1024];
     char *api_keys[SRV_MAX_API_KEYS]; /* every endpoint but health, metrics, info, viewers; none = open */
@@ -132,7 +132,7 @@ typedef struct srv_metrics {
     _Atomic uint64_t feed_viewers_total, feed_viewers_dropped;
     _Atomic uint64_t connections_rejected, auth_failures, timeouts, sessions_evicted, tokens_issued;
     _Atomic int connections; /* WebSocket connections open now */
-    /* the overload policy (worker.c, stream/scheduler.h) */
+    /* the overload policy (worker.c, include/scheduler.h) */
     _Atomic int step_scale_pm;    /* every session's step scale, per mille (1000: none) */
     _Atomic uint64_t step_grows, admission_closes, sessions_refused_overload;
     _Atomic uint64_t model_loads;  /* variants loaded (the loader thread and uploads) */

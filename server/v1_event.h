@@ -1,6 +1,6 @@
 /* v1_event.h - the sotto.v1 wire form of a dictation event (docs/PROTOCOL.md).
  *
- * The dictation emits typed events (stream/event.h); this is the one place
+ * The dictation emits typed events (include/event.h); this is the one place
  * that turns them into sotto.v1 JSON objects. The session (session.c) adds
  * the sequence number and keeps the printed form in its ring. */
 #ifndef SOTTO_SERVER_V1_EVENT_H

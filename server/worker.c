@@ -1,7 +1,7 @@
 /* worker.c - the inference worker and the model loader.
  *
  * The worker runs the decode passes that sessions' dictations ask for.
- * Each turn takes one batch as stream/scheduler.h chooses it: final passes
+ * Each turn takes one batch as include/scheduler.h chooses it: final passes
  * before partial ones, and of that kind the oldest due pass and the other
  * due passes of its weight variant, oldest first;
  * their encoder passes run as one batch and their decoder steps together

@@ -12,7 +12,3 @@ const char *sotto_event_kind_name(sotto_event_kind kind) {
     }
     return "?";
 }
-
-int sotto_event_for_viewers(sotto_event_kind kind) {
-    return kind != SOTTO_EVENT_WARNING;
-}

@@ -1,4 +1,4 @@
-/* test_calib.c - calibration statistics (engine/calib.h): recording through
+/* test_calib.c - calibration statistics (include/calib.h): recording through
  * the linear-layer observer (exact means on known inputs, every weight of a
  * real transcription), the file round trip and its normalization, 4-bit
  * loads that use it, and the refusals: a second recorder, saving before

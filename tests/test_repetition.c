@@ -1,5 +1,5 @@
 #define _DEFAULT_SOURCE
-/* test_repetition.c - the decoding-loop detector (engine/repetition.h):
+/* test_repetition.c - the decoding-loop detector (include/repetition.h):
  * synthetic patterns at the edges of its rules, real loops Whisper wrote
  * (tokenized with tiny.en's tokenizer), and every reference transcript of
  * the dev set, on which it must never fire. */

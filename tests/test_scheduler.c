@@ -1,4 +1,4 @@
-/* test_scheduler.c - the streaming worker's policy (stream/scheduler.h)
+/* test_scheduler.c - the streaming worker's policy (include/scheduler.h)
  * with a fake engine: sessions whose passes become due a step after their
  * last one was taken, and batches whose cost is scripted (a per-batch and
  * a per-pass cost, as the encoder and the batched decoder steps). Checks

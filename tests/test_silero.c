@@ -1,4 +1,4 @@
-/* test_silero.c - the Silero VAD network (vad/silero.h) and the SILERO kind
+/* test_silero.c - the Silero VAD network (include/silero.h) and the SILERO kind
  * of sotto_vad: loading and refusing damaged files (truncated, a tensor
  * renamed, reshaped or retyped, a NaN weight, another format), the
  * probabilities on digital silence, low white noise and speech (jfk.wav),

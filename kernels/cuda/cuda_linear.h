@@ -75,7 +75,7 @@ const float *sotto_cuda_wmat_f32(const sotto_cuda_wmat *w);
 int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_err *err);
 
 /* The bf16 tensor-core path: w decoded to bf16 [rows][cols] (round to
- * nearest even, as kernels/half.h), the raw bf16 data of a BF16 matrix (NULL
+ * nearest even, as include/half.h), the raw bf16 data of a BF16 matrix (NULL
  * otherwise), and n floats converted to bf16. Queued like the others. */
 int sotto_cuda_wmat_dequant_bf16(const sotto_cuda_wmat *w, uint16_t *dst, sotto_err *err);
 const uint16_t *sotto_cuda_wmat_bf16(const sotto_cuda_wmat *w);

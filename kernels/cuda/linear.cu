@@ -269,7 +269,7 @@ static int linear_launch(const sotto_cuda_wmat *w, const float *bias, const floa
     return launched("kernel launch", err);
 }
 
-// fp32 -> bf16, round to nearest even (NaN kept quiet), as kernels/half.h.
+// fp32 -> bf16, round to nearest even (NaN kept quiet), as include/half.h.
 __device__ __forceinline__ uint16_t to_bf16(float f) {
     uint32_t u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);

@@ -151,7 +151,7 @@ static void run_dequant(sotto_wfmt fmt, int dq, int rows, int cols) {
 }
 
 /* The bf16 path's conversions: a layer decoded to bf16 and activations
- * rounded to bf16 must equal kernels/half.h's rounding of the CPU's values
+ * rounded to bf16 must equal include/half.h's rounding of the CPU's values
  * bit for bit (including ties, infinities and NaN). */
 static void run_bf16(sotto_wfmt fmt, int dq, int rows, int cols) {
     size_t nw = (size_t)rows * cols;

@@ -156,7 +156,7 @@ def transcribe(args, model, files, weights=None, policy=None, cwd=None, fallback
 
 
 def apply_policy(pol, items):
-    """Applies part=format items to pol (engine/policy.h's rules, restated):
+    """Applies part=format items to pol (include/policy.h's rules, restated):
     all < encoder/decoder < a part < encoder.N/decoder.N < encoder.N.part,
     whatever their order; a key of rank 2 or less clears the per-layer entries
     of the parts it sets. Per-layer entries are keyed "encoder.N.attn"."""
@@ -190,7 +190,7 @@ def apply_policy(pol, items):
 
 
 def expected_policy(weights, overrides, width):
-    """What sotto's policy rules (engine/policy.h) give for --weights/--policy on
+    """What sotto's policy rules (include/policy.h) give for --weights/--policy on
     a model of this encoder width: the preset ("default" unless the policy
     starts with "uniform"): every part in `weights`, the embedding q8 under a
     4-bit format, and for the default DEFAULT_Q8's keys at q8; then the

@@ -20,7 +20,7 @@
  *
  * Guardrails: committed text never holds a loop. Before tokens are
  * committed (by agreement or by a final pass), the repetition detector
- * (engine/repetition.h) runs over the window's committed text plus the
+ * (include/repetition.h) runs over the window's committed text plus the
  * new tokens; tokens from where a loop begins are not committed.
  *
  * Events are typed values (event.h) handed to the emit callback, borrowed

@@ -100,7 +100,7 @@ int sotto_vad_in_speech(const sotto_vad *v);  /* inside an utterance */
  * >= tail_ms; else that event carries its own position), and the
  * milliseconds of non-speech frames so far (returned). -1 otherwise (no
  * utterance, or its latest frame is speech). A speculative final pass
- * (stream/dictation.h) decodes up to that end before the VAD decides. */
+ * (include/dictation.h) decodes up to that end before the VAD decides. */
 int sotto_vad_pending_end(const sotto_vad *v, uint64_t *end);
 float sotto_vad_noise_floor_db(const sotto_vad *v); /* ENERGY; -140 for SILERO */
 

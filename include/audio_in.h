@@ -9,7 +9,7 @@
  * Any declared rate from 8000 to 48000 Hz (for opus, the rate describes the
  * source and is informational: packets always decode at 48 kHz). Stereo is
  * downmixed by averaging. Resampling to 16 kHz uses speexdsp's streaming
- * resampler, delay-compensated (stream/resample.h).
+ * resampler, delay-compensated (include/resample.h).
  *
  * Bad input never crashes and never loses audio already accepted:
  *   - PCM messages whose length is not a whole number of frames are

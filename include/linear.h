@@ -93,7 +93,7 @@ int sotto_linear_rounds_x_to_bf16(const sotto_wmat *w, int n);
 int sotto_linear_quantizes_x_to_q8(const sotto_wmat *w, int n);
 
 /* An observer sees the input of every sotto_linear / sotto_linear_acc call
- * (x: [n][w->cols]) before it runs; calibration (engine/calib.h) records
+ * (x: [n][w->cols]) before it runs; calibration (include/calib.h) records
  * activation statistics with it. One process-wide observer, NULL to remove;
  * set it only while no other thread runs linear layers. */
 typedef void (*sotto_linear_observer)(void *ctx, const sotto_wmat *w, const float *x, int n);
