@@ -16,6 +16,8 @@
  * turn it off). */
 #include "gemm_bf16.h"
 
+#include "cpu_gate.h"
+
 #include "half.h"
 
 #include <immintrin.h>
@@ -30,17 +32,15 @@
 
 #define TARGET __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl")))
 
+/* the subsets TARGET names */
+static int has_avx512_bf16(void) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+
 int sotto_gemm_bf16_supported(void) {
     static atomic_int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("SOTTO_BF16_GEMM");
-        __builtin_cpu_init();
-        v = !(e && !strcmp(e, "0")) && __builtin_cpu_supports("avx512f") &&
-            __builtin_cpu_supports("avx512bf16");
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v;
+    return sotto_cpu_gate(&cached, "SOTTO_BF16_GEMM", has_avx512_bf16);
 }
 
 /* W [rows][cols] bf16 -> panels [P][kp][NR][2], zero-padded to whole panels and

@@ -20,6 +20,8 @@
  * sotto_gemm_q8_supported() first. */
 #include "gemm_q8.h"
 
+#include "cpu_gate.h"
+
 #include <immintrin.h>
 #include <omp.h>
 #include <stdatomic.h>
@@ -36,18 +38,16 @@
  * the build must not depend on -march=native having enabled them. */
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 
+/* the subsets TARGET names */
+static int has_avx512_vnni(void) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+
 int sotto_gemm_q8_supported(void) {
     static atomic_int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("SOTTO_Q8_GEMM");
-        __builtin_cpu_init();
-        v = !(e && !strcmp(e, "0")) && __builtin_cpu_supports("avx512f") &&
-            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v;
+    return sotto_cpu_gate(&cached, "SOTTO_Q8_GEMM", has_avx512_vnni);
 }
 
 /* W -> panels [P][nb][BLK_BYTES]; outputs past rows are zero (weights,
