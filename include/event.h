@@ -47,9 +47,6 @@ static inline double sotto_event_seconds(uint64_t sample) { return (double)sampl
 /* The kind's wire name ("speech_start", "partial", ...); "?" for no kind. */
 const char *sotto_event_kind_name(sotto_event_kind kind);
 
-/* 1 for the kinds live-caption viewers get (all but warnings). */
-int sotto_event_for_viewers(sotto_event_kind kind);
-
 typedef void (*sotto_emit_fn)(void *user, const sotto_event *event);
 
 #endif
