@@ -4,6 +4,7 @@
  * thread only. */
 #define _POSIX_C_SOURCE 200809L
 #include "conn.h"
+#include "json_get.h"
 
 #include "start_parse.h"
 
@@ -12,11 +13,6 @@
 #include <libwebsockets.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *jstr(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
 
 /* A resume may arrive before the connection's hello is written (the client
  * need not wait for it): the events its placeholder session has not written
@@ -108,7 +104,7 @@ static void on_resume(srv *s, srv_conn *c, const cJSON *msg) {
 
 static void on_text(srv *s, srv_conn *c) {
     cJSON *msg = cJSON_ParseWithLength((const char *)c->rx, c->rx_len);
-    const char *type = msg ? jstr(msg, "type") : NULL;
+    const char *type = msg ? srv_jstr(msg, "type") : NULL;
     if (!msg || !cJSON_IsObject(msg)) {
         srv_session_error(s, c->ss, "bad_json", "control messages must be JSON objects", 0);
     } else if (!type) {

@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ring.h"
 
+#include "json_get.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,19 +24,9 @@ static char *dup(const char *s, int *bad) {
     return d;
 }
 
-static const char *jstr(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static double jnum(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0;
-}
-
 int srv_event_from_json(srv_event *e, const cJSON *ev) {
     memset(e, 0, sizeof *e);
-    const char *t = jstr(ev, "type");
+    const char *t = srv_jstr(ev, "type");
     if (!t) return 0;
     int bad = 0;
     if (!strncmp(t, "x_", 2)) {
@@ -43,19 +35,19 @@ int srv_event_from_json(srv_event *e, const cJSON *ev) {
     }
     for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
         if (!strcmp(t, k_types[i].name)) e->type = k_types[i].type;
-    double u = jnum(ev, "utterance");
+    double u = srv_jnum(ev, "utterance");
     e->utterance = u >= 1 && u <= 2147483647.0 ? (int)u : 0;
-    e->start = jnum(ev, "start");
-    e->end = jnum(ev, "end");
-    e->offset = jnum(ev, "offset");
-    e->audio_s = jnum(ev, "audio_seconds");
-    e->dropped_s = jnum(ev, "dropped_seconds");
+    e->start = srv_jnum(ev, "start");
+    e->end = srv_jnum(ev, "end");
+    e->offset = srv_jnum(ev, "offset");
+    e->audio_s = srv_jnum(ev, "audio_seconds");
+    e->dropped_s = srv_jnum(ev, "dropped_seconds");
     e->fatal = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ev, "fatal"));
-    if (e->type != SRV_EV_NOTE) e->text = dup(jstr(ev, "text"), &bad);
-    e->committed = dup(jstr(ev, "committed"), &bad);
-    e->tentative = dup(jstr(ev, "tentative"), &bad);
-    e->code = dup(jstr(ev, "code"), &bad);
-    e->message = dup(jstr(ev, "message"), &bad);
+    if (e->type != SRV_EV_NOTE) e->text = dup(srv_jstr(ev, "text"), &bad);
+    e->committed = dup(srv_jstr(ev, "committed"), &bad);
+    e->tentative = dup(srv_jstr(ev, "tentative"), &bad);
+    e->code = dup(srv_jstr(ev, "code"), &bad);
+    e->message = dup(srv_jstr(ev, "message"), &bad);
     if (bad) srv_event_clear(e);
     return bad ? -1 : 0;
 }

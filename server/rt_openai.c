@@ -18,6 +18,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "compat.h"
+#include "json_get.h"
 
 #include <libwebsockets.h>
 #include <stdio.h>
@@ -164,11 +165,6 @@ static void rt_close(void *st) {
 
 /* ---- client events ------------------------------------------------------------------ */
 
-static const char *jstr(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 static const cJSON *jobj(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
 /* turn_detection: null, or {type: server_vad | semantic_vad, threshold, prefix_padding_ms,
@@ -180,7 +176,7 @@ static const char *parse_turns(rt *n, const cJSON *td) {
         return NULL;
     }
     if (!cJSON_IsObject(td)) return "turn_detection must be an object or null";
-    const char *t = jstr(td, "type");
+    const char *t = srv_jstr(td, "type");
     if (t && strcmp(t, "server_vad") && strcmp(t, "semantic_vad"))
         return "turn_detection.type must be server_vad (semantic_vad is served as server_vad)";
     n->vad = 1;
@@ -204,7 +200,7 @@ static const char *parse_turns(rt *n, const cJSON *td) {
 static const char *parse_transcription(rt *n, const cJSON *tr) {
     if (!tr || cJSON_IsNull(tr)) return NULL;
     if (!cJSON_IsObject(tr)) return "transcription must be an object";
-    const char *m = jstr(tr, "model"), *lang = jstr(tr, "language"), *p = jstr(tr, "prompt");
+    const char *m = srv_jstr(tr, "model"), *lang = srv_jstr(tr, "language"), *p = srv_jstr(tr, "prompt");
     if (m) {
         if (strlen(m) >= sizeof n->model) return "model name too long";
         snprintf(n->model, sizeof n->model, "%s", m);
@@ -223,7 +219,7 @@ static const char *parse_transcription(rt *n, const cJSON *tr) {
 
 static const char *parse_format(rt *n, const cJSON *f) {
     if (!f) return NULL;
-    const char *t = cJSON_IsString(f) ? f->valuestring : jstr(f, "type");
+    const char *t = cJSON_IsString(f) ? f->valuestring : srv_jstr(f, "type");
     if (!t) return "format needs a type";
     if (!strcmp(t, "audio/pcm") || !strcmp(t, "pcm16")) {
         n->fmt = F_PCM16;
@@ -256,7 +252,7 @@ static void on_update(srv_link *l, rt *r, const cJSON *msg, int beta, const char
     n.prompt = NULL;
     const char *why = NULL;
     if (!beta) {
-        const char *t = jstr(s, "type");
+        const char *t = srv_jstr(s, "type");
         if (t && strcmp(t, "transcription"))
             why = "this server runs transcription sessions only (session.type \"transcription\")";
         const cJSON *in = jobj(jobj(s, "audio"), "input");
@@ -321,7 +317,7 @@ static int start_session(srv_link *l, rt *r, const char *eid) {
 }
 
 static void on_append(srv_link *l, rt *r, const cJSON *msg, const char *eid) {
-    const char *b64 = jstr(msg, "audio");
+    const char *b64 = srv_jstr(msg, "audio");
     unsigned char *pcm = NULL;
     size_t n = 0;
     if (!b64 || srv_b64_decode(b64, strlen(b64), &pcm, &n)) {
@@ -357,7 +353,7 @@ static void rt_receive(void *st, srv_link *l, int binary, const unsigned char *d
         return;
     }
     cJSON *msg = cJSON_ParseWithLength((const char *)data, len);
-    const char *type = msg ? jstr(msg, "type") : NULL, *eid = msg ? jstr(msg, "event_id") : NULL;
+    const char *type = msg ? srv_jstr(msg, "type") : NULL, *eid = msg ? srv_jstr(msg, "event_id") : NULL;
     if (!msg || !cJSON_IsObject(msg)) {
         send_error(l, r, "invalid_request_error", "invalid_json", "client events must be JSON objects", NULL, NULL);
     } else if (!type) {

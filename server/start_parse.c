@@ -2,13 +2,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include "start_parse.h"
 
+#include "json_get.h"
+
 #include <stdio.h>
 #include <string.h>
-
-static const char *jstr(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
 
 /* Optional number field: 0 absent, 1 present and in [lo, hi], -1 bad. The
  * range check comes before any conversion (a double outside int is UB). */
@@ -60,7 +57,7 @@ static int parse_vad(sotto_vad_params *vp, const cJSON *v, int have_silero, char
 const char *srv_start_parse(const cJSON *msg, const srv_options *opt, const sotto_silero_model *silero, srv_start *out,
                             char *why, size_t why_sz) {
     memset(out, 0, sizeof *out);
-    const char *enc = jstr(msg, "encoding");
+    const char *enc = srv_jstr(msg, "encoding");
     sotto_encoding e = SOTTO_ENCODING_PCM_S16LE;
     if (enc && sotto_encoding_parse(enc, &e)) {
         snprintf(why, why_sz, "unknown encoding '%.64s' (pcm_s16le, pcm_f32le, opus)", enc);
@@ -73,8 +70,8 @@ const char *srv_start_parse(const cJSON *msg, const srv_options *opt, const sott
                               "max_window_s 2..30");
         return "bad_start";
     }
-    const char *model = jstr(msg, "model");
-    const char *weights = jstr(msg, "weights");
+    const char *model = srv_jstr(msg, "model");
+    const char *weights = srv_jstr(msg, "weights");
     sotto_wfmt w = opt->default_weights;
     if (weights && sotto_wfmt_parse(weights, &w)) {
         snprintf(why, why_sz, "unknown weights '%.64s'", weights);
@@ -84,7 +81,7 @@ const char *srv_start_parse(const cJSON *msg, const srv_options *opt, const sott
         snprintf(why, why_sz, "weights '%s' are not offered by this server", sotto_wfmt_name(w));
         return "weights_not_allowed";
     }
-    const char *lang = jstr(msg, "language"), *task = jstr(msg, "task"), *prompt = jstr(msg, "prompt");
+    const char *lang = srv_jstr(msg, "language"), *task = srv_jstr(msg, "task"), *prompt = srv_jstr(msg, "prompt");
     if ((lang && strlen(lang) >= sizeof out->language) ||
         (task && strcmp(task, "transcribe") && strcmp(task, "translate")) ||
         (prompt && strlen(prompt) > SRV_PROMPT_MAX)) {
@@ -92,7 +89,7 @@ const char *srv_start_parse(const cJSON *msg, const srv_options *opt, const sott
                               "prompt at most 2000 bytes");
         return "bad_start";
     }
-    const char *feed = jstr(msg, "feed"), *feed_key = jstr(msg, "feed_key");
+    const char *feed = srv_jstr(msg, "feed"), *feed_key = srv_jstr(msg, "feed_key");
     if ((feed && !srv_feed_name_ok(feed)) || (feed_key && (!*feed_key || strlen(feed_key) > SRV_FEED_NAME_MAX))) {
         snprintf(why, why_sz, "feed must be 1..64 of A-Z a-z 0-9 - _ . (not starting with '.'), "
                               "feed_key 1..64 bytes");
@@ -137,8 +134,8 @@ const char *srv_start_parse(const cJSON *msg, const srv_options *opt, const sott
 int srv_resume_parse(const cJSON *msg, const char **id, const char **token, uint64_t *last_seq, char *why,
                      size_t why_sz) {
     double seq = 0;
-    *id = jstr(msg, "session");
-    *token = jstr(msg, "token");
+    *id = srv_jstr(msg, "session");
+    *token = srv_jstr(msg, "token");
     *last_seq = 0;
     if (!*id || !*token || jnum(msg, "last_seq", 0, 1e15, &seq) < 0) {
         snprintf(why, why_sz, "resume needs session, token and last_seq");
