@@ -61,8 +61,7 @@ typedef struct srv_conn_kind {
 } srv_conn_kind;
 
 extern const srv_conn_kind srv_conn_v1;        /* conn_v1.c */
-extern const srv_conn_kind srv_conn_openai_rt; /* conn_dialect.c */
-extern const srv_conn_kind srv_conn_deepgram;  /* conn_dialect.c */
+extern const srv_conn_kind srv_conn_dialect;   /* conn_dialect.c: OpenAI and Deepgram */
 extern const srv_conn_kind srv_conn_viewer;    /* conn_viewer.c */
 
 /* lws's per-connection memory (zeroed by lws; the gateway zeroes it again when

@@ -9,6 +9,7 @@
 
 #include <libwebsockets.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct srv_link { srv_conn c; }; /* a dialect's view of a connection is the connection itself */
 
@@ -46,23 +47,18 @@ void srv_link_close_after(srv_link *l, int status) {
 
 /* ---- the kinds ------------------------------------------------------------------------- */
 
-static int dialect_open(srv *s, srv_conn *c, const srv_dialect *d, const char *full) {
+/* The dialect of a URI (gateway.c routes only these two here). */
+static const srv_dialect *dialect_for(const char *uri) {
+    return !strcmp(uri, "/v1/realtime") ? &srv_dialect_openai_rt : &srv_dialect_deepgram;
+}
+
+static int dialect_open(srv *s, srv_conn *c, const char *uri, const char *full) {
     if (srv_conn_session_open(s, c)) return -1;
-    c->d = d;
+    const srv_dialect *d = c->d = dialect_for(uri);
     if (!(c->dst = d->open((srv_link *)c, c->wsi))) return -1;
     srv_conn_session_admit(s, c, full, 1, 1); /* a dialect's session starts with its connection */
     if (!c->ss->closing && d->welcome) d->welcome(c->dst, (srv_link *)c);
     return 0;
-}
-
-static int openai_open(srv *s, srv_conn *c, const char *uri, const char *full) {
-    (void)uri;
-    return dialect_open(s, c, &srv_dialect_openai_rt, full);
-}
-
-static int deepgram_open(srv *s, srv_conn *c, const char *uri, const char *full) {
-    (void)uri;
-    return dialect_open(s, c, &srv_dialect_deepgram, full);
 }
 
 static void dialect_receive(srv *s, srv_conn *c, int binary) {
@@ -80,20 +76,11 @@ static void dialect_close(srv *s, srv_conn *c) {
     c->dst = NULL;
 }
 
-const srv_conn_kind srv_conn_openai_rt = {
-    .name = "openai-realtime",
+/* /v1/realtime and /v1/listen: the dialect (compat.h) is the connection's c->d. */
+const srv_conn_kind srv_conn_dialect = {
+    .name = "dialect",
     .read = SRV_READ_SESSION,
-    .open = openai_open,
-    .receive = dialect_receive,
-    .translate = dialect_translate,
-    .timer = srv_conn_session_timer,
-    .close = dialect_close,
-};
-
-const srv_conn_kind srv_conn_deepgram = {
-    .name = "deepgram-listen",
-    .read = SRV_READ_SESSION,
-    .open = deepgram_open,
+    .open = dialect_open,
     .receive = dialect_receive,
     .translate = dialect_translate,
     .timer = srv_conn_session_timer,

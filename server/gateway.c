@@ -210,8 +210,7 @@ int srv_conn_write(srv *s, srv_conn *c) {
 
 static const srv_conn_kind *kind_for(const char *uri) {
     if (!strncmp(uri, "/v1/feeds/", 10)) return &srv_conn_viewer;
-    if (!strcmp(uri, "/v1/realtime")) return &srv_conn_openai_rt;
-    if (!strcmp(uri, "/v1/listen")) return &srv_conn_deepgram;
+    if (!strcmp(uri, "/v1/realtime") || !strcmp(uri, "/v1/listen")) return &srv_conn_dialect;
     return &srv_conn_v1; /* which refuses paths it does not serve */
 }
 
