@@ -158,6 +158,23 @@ void sotto__dequant_nvfp4(const sotto_wmat *w, int r0, int nr, float *dst);
  * is still decoded once per tile. */
 typedef float sotto__v8f __attribute__((vector_size(32)));
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+/* tbl[idx & 15] per 32-bit lane, the 16 floats of tbl as lo (0-7) and hi
+ * (8-15): two in-lane permutes (which read the low 3 bits) and a blend on
+ * bit 3, moved up to the sign bit. */
+static inline __m256 sotto__lut16_avx2(__m256i idx, __m256 lo, __m256 hi) {
+    __m256 a = _mm256_permutevar8x32_ps(lo, idx), b = _mm256_permutevar8x32_ps(hi, idx);
+    return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+/* Floats 8h .. 8h+7 of the vector array wv. */
+static inline void sotto__put8(sotto_v16f *wv, int h, __m256 v) {
+    memcpy((float *)wv + 8 * h, &v, sizeof v);
+}
+#endif
+
 static inline sotto__v8f sotto__load8(const float *p) {
     sotto__v8f v;
     memcpy(&v, p, sizeof v);

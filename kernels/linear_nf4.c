@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -26,6 +26,15 @@ static inline __attribute__((always_inline)) void decode_nf4(const sotto_wmat *w
     wv[1] = (sotto_v16f)_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tbl);
     wv[2] = (sotto_v16f)_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8), tbl);
     wv[3] = (sotto_v16f)_mm512_permutexvar_ps(_mm512_srli_epi32(v, 12), tbl);
+#elif defined(__AVX2__)
+    const __m256 am8 = _mm256_set1_ps(am);
+    const __m256 lo = _mm256_mul_ps(_mm256_loadu_ps(sotto_nf4_code), am8);
+    const __m256 hi = _mm256_mul_ps(_mm256_loadu_ps(sotto_nf4_code + 8), am8);
+    for (int h = 0; h < 2; h++) { /* lanes 8h .. 8h+7: bytes 16h .. 16h+15 */
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * h)));
+        for (int k = 0; k < 4; k++)
+            sotto__put8(wv + k, h, sotto__lut16_avx2(_mm256_srli_epi32(v, 4 * k), lo, hi));
+    }
 #else
     float t[4][16];
     for (int k = 0; k < 16; k++) {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -20,6 +20,11 @@ static inline __attribute__((always_inline)) void decode_bf16(const sotto_wmat *
     __m512i u1 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 16)));
     wv[0] = (sotto_v16f)_mm512_castsi512_ps(_mm512_slli_epi32(u0, 16));
     wv[1] = (sotto_v16f)_mm512_castsi512_ps(_mm512_slli_epi32(u1, 16));
+#elif defined(__AVX2__)
+    for (int h = 0; h < 4; h++) {
+        __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 8 * h)));
+        sotto__put8(wv, h, _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)));
+    }
 #else
     float t[32];
     for (int i = 0; i < 32; i++) t[i] = sotto_bf16_to_f32(p[i]);
@@ -50,6 +55,12 @@ static inline __attribute__((always_inline)) void decode_q8(const sotto_wmat *w,
     __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
     wv[0] = (sotto_v16f)_mm512_mul_ps(_mm512_cvtepi32_ps(q0), vs);
     wv[1] = (sotto_v16f)_mm512_mul_ps(_mm512_cvtepi32_ps(q1), vs);
+#elif defined(__AVX2__)
+    const __m256 vs = _mm256_set1_ps(s);
+    for (int h = 0; h < 4; h++) {
+        __m256i qi = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * h)));
+        sotto__put8(wv, h, _mm256_mul_ps(_mm256_cvtepi32_ps(qi), vs));
+    }
 #else
     float t[32];
     for (int i = 0; i < 32; i++) t[i] = (float)q[i] * s;
