@@ -149,14 +149,13 @@ void sotto__dequant_nvfp4(const sotto_wmat *w, int r0, int nr, float *dst);
 #else
 /* Without AVX-512 (AVX2: 16 registers of 8 floats; SSE: 16 of 4) the tile
  * above would need up to 48 registers and spill its accumulators to the
- * stack on every FMA (measured on a Zen 2 core: the f32 vocabulary
- * projection at 4.6 GB/s of weights for one row of x, against 16 GB/s that
- * a plain read of the same bytes reaches). Here the accumulators are 8
+ * stack on every FMA (bench_kernels on a Zen 2 core: the f32 vocabulary
+ * projection for one row of x read its weights at 4.6 GB/s, at 14.2 with
+ * this tile). Here the accumulators are 8
  * floats wide, x is read from L1 at each use instead of being held, and the
  * tile's 4 weight rows go in groups of KG = 4 (NR <= 2) or 2 (NR > 2), so
  * that KG x NR x NA accumulators stay within 8 registers. Every weight row
- * is still decoded once per tile. */
-typedef float sotto__v8f __attribute__((vector_size(32)));
+ * is still decoded once per tile. The 8-float type is simd.h's. */
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -175,13 +174,7 @@ static inline void sotto__put8(sotto_v16f *wv, int h, __m256 v) {
 }
 #endif
 
-static inline sotto__v8f sotto__load8(const float *p) {
-    sotto__v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline float sotto__hsum8_tree(sotto__v8f v) {
+static inline float sotto__hsum8_tree(sotto_v8f v) {
     typedef float v4f __attribute__((vector_size(16)));
     v4f lo4, hi4;
     memcpy(&lo4, &v, sizeof lo4);
@@ -197,12 +190,12 @@ static inline float sotto__hsum8_tree(sotto__v8f v) {
         const int cols = w->cols, nc = cols / (16 * (NV)), rows = w->rows;                     \
         const int KG = NR <= 2 ? 4 : 2, NA = NR == 1 ? 2 : 1;                                  \
         for (int kb = 0; kb < jn; kb += KG) {                                                  \
-            sotto__v8f s[4][4][2];                                                             \
+            sotto_v8f s[4][4][2];                                                             \
             size_t wr[4];                                                                      \
             for (int k = 0; k < KG; k++) {                                                     \
                 wr[k] = (size_t)j0 + (size_t)(kb + k < jn ? kb + k : kb);                      \
                 for (int r = 0; r < NR; r++)                                                   \
-                    for (int a = 0; a < NA; a++) s[k][r][a] = (sotto__v8f){0};                 \
+                    for (int a = 0; a < NA; a++) s[k][r][a] = (sotto_v8f){0};                 \
             }                                                                                  \
             for (int c = 0; c < nc; c++) {                                                     \
                 const float *xc = xs + (size_t)r0 * cols + (size_t)c * 16 * (NV);              \
@@ -210,18 +203,18 @@ static inline float sotto__hsum8_tree(sotto__v8f v) {
                     sotto_v16f wv[NV];                                                         \
                     DECODE(w, wr[k], c, wv);                                                   \
                     for (int v = 0; v < (NV); v++) {                                           \
-                        sotto__v8f wh[2];                                                      \
+                        sotto_v8f wh[2];                                                      \
                         memcpy(wh, &wv[v], sizeof wh);                                         \
                         for (int h = 0; h < 2; h++)                                            \
                             for (int r = 0; r < NR; r++)                                       \
                                 s[k][r][h % NA] +=                                             \
-                                    wh[h] * sotto__load8(xc + (size_t)r * cols + 16 * v + 8 * h); \
+                                    wh[h] * sotto_load8(xc + (size_t)r * cols + 16 * v + 8 * h); \
                     }                                                                          \
                 }                                                                              \
             }                                                                                  \
             for (int k = 0; k < KG && kb + k < jn; k++)                                        \
                 for (int r = 0; r < NR; r++) {                                                 \
-                    sotto__v8f t = s[k][r][0];                                                 \
+                    sotto_v8f t = s[k][r][0];                                                 \
                     if (NA == 2) t += s[k][r][1];                                              \
                     float val = sotto__hsum8_tree(t);                                          \
                     const float *xr = xn + (size_t)(r0 + r) * cols;                            \

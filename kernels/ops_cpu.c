@@ -195,6 +195,28 @@ void sotto_attention_rows(const float *q, int q_stride, const float *k, const fl
     }
 }
 
+/* The scalar ends shared by both versions of the tiles below: scores of
+ * keys j0.. and weighted columns c0.. past the last full vector step. */
+static void scores_kt_tail(const float *q, int q_stride, const float *kt, int kt_stride, float *s,
+                           int n_kv, int R, int dh, float scale, int j0) {
+    for (int j = j0; j < n_kv; j++)
+        for (int r = 0; r < R; r++) {
+            float acc = 0.0f;
+            for (int c = 0; c < dh; c++) acc += q[(size_t)r * q_stride + c] * kt[(size_t)c * kt_stride + j];
+            s[(size_t)r * n_kv + j] = acc * scale;
+        }
+}
+
+static void weigh_v_tail(const float *s, int n_kv, const float *v, int v_stride, float *out,
+                         int out_stride, int R, int dh, int c0) {
+    for (int c = c0; c < dh; c++)
+        for (int r = 0; r < R; r++) {
+            float acc = 0.0f;
+            for (int j = 0; j < n_kv; j++) acc += s[(size_t)r * n_kv + j] * v[(size_t)j * v_stride + c];
+            out[(size_t)r * out_stride + c] = acc;
+        }
+}
+
 #if defined(__AVX512F__)
 /* s[r][j] = scale * q[r] . K[j] for R <= 4 rows, 32 keys per step: K^T's
  * rows are the head's dh features over the keys, so each load of 16 keys
@@ -221,12 +243,7 @@ static inline __attribute__((always_inline)) void scores_kt(const float *q, int 
             sotto_store16(s + (size_t)r * n_kv + j + 16, a[r][1] * scale);
         }
     }
-    for (; j < n_kv; j++)
-        for (int r = 0; r < R; r++) {
-            float acc = 0.0f;
-            for (int c = 0; c < dh; c++) acc += q[(size_t)r * q_stride + c] * kt[(size_t)c * kt_stride + j];
-            s[(size_t)r * n_kv + j] = acc * scale;
-        }
+    scores_kt_tail(q, q_stride, kt, kt_stride, s, n_kv, R, dh, scale, j);
 }
 
 /* out[r] = sum_j s[r][j] V[j] for R <= 4 rows, 64 columns of the head at a
@@ -251,12 +268,7 @@ static inline __attribute__((always_inline)) void weigh_v(const float *s, int n_
         for (int r = 0; r < R; r++)
             for (int u = 0; u < 4; u++) sotto_store16(out + (size_t)r * out_stride + c0 + 16 * u, o[r][u]);
     }
-    for (; c0 < dh; c0++) /* heads narrower than 64 columns, or their tail */
-        for (int r = 0; r < R; r++) {
-            float acc = 0.0f;
-            for (int j = 0; j < n_kv; j++) acc += s[(size_t)r * n_kv + j] * v[(size_t)j * v_stride + c0];
-            out[(size_t)r * out_stride + c0] = acc;
-        }
+    weigh_v_tail(s, n_kv, v, v_stride, out, out_stride, R, dh, c0); /* narrow heads, tails */
 }
 
 #else
@@ -266,16 +278,6 @@ static inline __attribute__((always_inline)) void weigh_v(const float *s, int n_
  * weighted sum takes 64 columns per pass for one row, 32 for two and 16 for
  * more (V's rows are re-read per pass from cache; each row of the head's
  * slice is one 64-byte line per 16 columns). Same sums, other grouping. */
-typedef float ops_v8f __attribute__((vector_size(32)));
-
-static inline ops_v8f ops_load8(const float *p) {
-    ops_v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void ops_store8(float *p, ops_v8f v) { memcpy(p, &v, sizeof v); }
-
 static inline __attribute__((always_inline)) void scores_kt(const float *q, int q_stride,
                                                             const float *kt, int kt_stride,
                                                             float *s, int n_kv, const int R,
@@ -283,27 +285,22 @@ static inline __attribute__((always_inline)) void scores_kt(const float *q, int 
     const int U = R <= 2 ? 4 : 2; /* vectors of 8 keys per step */
     int j = 0;
     for (; j + 8 * U <= n_kv; j += 8 * U) {
-        ops_v8f a[4][4];
+        sotto_v8f a[4][4];
         for (int r = 0; r < R; r++)
-            for (int u = 0; u < U; u++) a[r][u] = (ops_v8f){0};
+            for (int u = 0; u < U; u++) a[r][u] = (sotto_v8f){0};
         for (int c = 0; c < dh; c++) {
             const float *kc = kt + (size_t)c * kt_stride + j;
-            ops_v8f k[4];
-            for (int u = 0; u < U; u++) k[u] = ops_load8(kc + 8 * u);
+            sotto_v8f k[4];
+            for (int u = 0; u < U; u++) k[u] = sotto_load8(kc + 8 * u);
             for (int r = 0; r < R; r++) {
                 float b = q[(size_t)r * q_stride + c];
                 for (int u = 0; u < U; u++) a[r][u] += b * k[u];
             }
         }
         for (int r = 0; r < R; r++)
-            for (int u = 0; u < U; u++) ops_store8(s + (size_t)r * n_kv + j + 8 * u, a[r][u] * scale);
+            for (int u = 0; u < U; u++) sotto_store8(s + (size_t)r * n_kv + j + 8 * u, a[r][u] * scale);
     }
-    for (; j < n_kv; j++)
-        for (int r = 0; r < R; r++) {
-            float acc = 0.0f;
-            for (int c = 0; c < dh; c++) acc += q[(size_t)r * q_stride + c] * kt[(size_t)c * kt_stride + j];
-            s[(size_t)r * n_kv + j] = acc * scale;
-        }
+    scores_kt_tail(q, q_stride, kt, kt_stride, s, n_kv, R, dh, scale, j);
 }
 
 static inline __attribute__((always_inline)) void weigh_v(const float *s, int n_kv, const float *v,
@@ -312,25 +309,20 @@ static inline __attribute__((always_inline)) void weigh_v(const float *s, int n_
     const int U = R == 1 ? 8 : R == 2 ? 4 : 2; /* vectors of 8 columns per pass */
     int c0 = 0;
     for (; c0 + 8 * U <= dh; c0 += 8 * U) {
-        ops_v8f o[4][8];
+        sotto_v8f o[4][8];
         for (int r = 0; r < R; r++)
-            for (int u = 0; u < U; u++) o[r][u] = (ops_v8f){0};
+            for (int u = 0; u < U; u++) o[r][u] = (sotto_v8f){0};
         for (int j = 0; j < n_kv; j++) {
             const float *vj = v + (size_t)j * v_stride + c0;
             for (int r = 0; r < R; r++) {
                 float w = s[(size_t)r * n_kv + j];
-                for (int u = 0; u < U; u++) o[r][u] += w * ops_load8(vj + 8 * u);
+                for (int u = 0; u < U; u++) o[r][u] += w * sotto_load8(vj + 8 * u);
             }
         }
         for (int r = 0; r < R; r++)
-            for (int u = 0; u < U; u++) ops_store8(out + (size_t)r * out_stride + c0 + 8 * u, o[r][u]);
+            for (int u = 0; u < U; u++) sotto_store8(out + (size_t)r * out_stride + c0 + 8 * u, o[r][u]);
     }
-    for (; c0 < dh; c0++) /* heads narrower than the pass, or their tail */
-        for (int r = 0; r < R; r++) {
-            float acc = 0.0f;
-            for (int j = 0; j < n_kv; j++) acc += s[(size_t)r * n_kv + j] * v[(size_t)j * v_stride + c0];
-            out[(size_t)r * out_stride + c0] = acc;
-        }
+    weigh_v_tail(s, n_kv, v, v_stride, out, out_stride, R, dh, c0); /* narrow heads, tails */
 }
 #endif
 
