@@ -190,6 +190,11 @@ char *srv_metrics_render(srv *s, size_t *len) {
             "audio seconds the encoder ran over (30 per whole window; less per window cut by "
             "--audio-ctx)",
             atomic_load(&m->encoded_positions) / 50.0);
+    counter(&o, "sotto_encoder_final_windows_total", "of those windows, the final passes'",
+            atomic_load(&m->final_windows));
+    counter_s(&o, "sotto_encoder_final_seconds_total",
+              "of those seconds, the final passes' (--final-ctx-pad-ms, --final-ctx-min-ms)",
+              atomic_load(&m->final_positions) / 50.0);
     gauge(&o, "sotto_step_scale",
           "the overload policy: every session's step is its own times this (1: not behind)",
           atomic_load(&m->step_scale_pm) / 1000.0);

@@ -47,10 +47,14 @@ static void usage(FILE *f) {
             "                         the worker is behind: every session's step grows, up to\n"
             "                         4x, then new sessions get `overloaded` (default 1000)\n"
             "  --audio-ctx M          full | partials | all: which passes encode only the audio\n"
-            "                         they hold (plus --audio-ctx-pad-ms, in whole seconds)\n"
-            "                         instead of a 30 s window (default partials: final passes\n"
-            "                         keep the whole window; docs/PERF.md)\n"
-            "  --audio-ctx-pad-ms MS  padding kept after the audio of a cut window (default 1000)\n"
+            "                         they hold instead of a 30 s window (default partials:\n"
+            "                         final passes keep the whole window; docs/PERF.md)\n"
+            "  --audio-ctx-pad-ms MS  padding kept after the audio of a cut partial window, which\n"
+            "                         is then rounded up to whole seconds (default 1000)\n"
+            "  --final-ctx-pad-ms MS  with --audio-ctx all, the padding a final pass keeps after\n"
+            "                         its audio (default 3000)\n"
+            "  --final-ctx-min-ms MS  with --audio-ctx all, the least a final pass encodes\n"
+            "                         (default 10000)\n"
             "  --speculate-ms MS      after this much silence in an utterance, its final pass\n"
             "                         runs before the VAD ends it (silence_ms), so the final\n"
             "                         comes as the utterance ends; 0: off (default 400)\n"
@@ -97,6 +101,8 @@ void srv_options_default(srv_options *o) {
     o->overload_wait_ms = 1000;
     o->audio_ctx = SRV_AUDIO_CTX_PARTIALS;
     o->audio_ctx_pad_ms = 1000;
+    o->final_ctx_pad_ms = 3000;
+    o->final_ctx_min_ms = 10000;
     o->speculate_ms = 400;
     o->vad_kind = SOTTO_VAD_SILERO;
     o->max_upload_mb = 25;
@@ -187,6 +193,8 @@ static int set(srv_options *o, const char *key, const char *val) {
     NUM("max-batch", max_batch, 1, 16)
     NUM("overload-wait-ms", overload_wait_ms, 20, 600000)
     NUM("audio-ctx-pad-ms", audio_ctx_pad_ms, 0, 30000)
+    NUM("final-ctx-pad-ms", final_ctx_pad_ms, 0, 30000)
+    NUM("final-ctx-min-ms", final_ctx_min_ms, 0, 30000)
     NUM("speculate-ms", speculate_ms, 0, 10000)
     NUM("max-upload-mb", max_upload_mb, 0.01, 2000)
     NUM("max-upload-s", max_upload_s, 1, 86400)
@@ -323,7 +331,8 @@ static const char *const k_keys[] = {
     "port", "memory-budget-mb", "max-sessions", "max-connections", "max-connections-per-ip",
     "max-detached", "start-timeout-s", "idle-timeout-s", "max-buffer-s", "resume-grace-s",
     "idle-unload-s", "drain-s", "max-frame-bytes", "threads", "max-batch", "overload-wait-ms",
-    "audio-ctx-pad-ms", "audio-ctx", "speculate-ms", "max-upload-mb",
+    "audio-ctx-pad-ms", "audio-ctx", "final-ctx-pad-ms", "final-ctx-min-ms",
+    "speculate-ms", "max-upload-mb",
     "max-upload-s", "batch-queue", "batch-threads", "host", "model", "weights",
     "default-weights", "device", "web", "tls-cert", "tls-key", "api-key", "api-keys-file", "vad",
     "vad-model", "log-level", "redis", "instance", "config"};

@@ -69,6 +69,8 @@ typedef struct srv_options {
     double overload_wait_ms;  /* the overload policy: a pass that waited longer is behind */
     int audio_ctx;            /* srv_audio_ctx: which passes encode only their audio */
     double audio_ctx_pad_ms;  /* padding kept after the audio of such a window */
+    double final_ctx_pad_ms;  /* padding kept after the audio of a cut final window */
+    double final_ctx_min_ms;  /* a cut final window encodes at least this much */
     double speculate_ms;      /* silence after which a final pass is decoded before the VAD
                                  ends the utterance (0: off; include/dictation.h) */
     char web_dir[1024];
@@ -129,6 +131,7 @@ typedef struct srv_metrics {
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
     _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
     _Atomic uint64_t encoded_positions, encoded_windows; /* --audio-ctx: encoder work done */
+    _Atomic uint64_t final_positions, final_windows;     /* the part of it for final passes */
     _Atomic uint64_t feed_viewers_total, feed_viewers_dropped;
     _Atomic uint64_t connections_rejected, auth_failures, timeouts, sessions_evicted, tokens_issued;
     _Atomic int connections; /* WebSocket connections open now */

@@ -338,17 +338,32 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
     int n_ctx[MAX_BATCH];
     const int mode = s->opt.audio_ctx;
     const size_t pad = (size_t)(s->opt.audio_ctx_pad_ms * 16.0);
+    const size_t fpad = (size_t)(s->opt.final_ctx_pad_ms * 16.0);
+    const int full = sotto_model_hparams(m)->n_audio_ctx;
+    /* a final pass over a short utterance needs more than its audio (docs/PERF.md) */
+    const int ffloor = sotto_encoder_positions(m, (size_t)(s->opt.final_ctx_min_ms * 16.0), 0);
     for (int i = 0; i < nc; i++) {
+        const sotto_pass *p = ctx[i].pass;
         sts[i] = sm->states[i], mels[i] = ctx[i].win;
         /* --audio-ctx: a cut window costs in proportion to its audio */
-        int cut = mode == SRV_AUDIO_CTX_ALL || (mode == SRV_AUDIO_CTX_PARTIALS && !ctx[i].pass->final);
-        n_ctx[i] = cut ? sotto_encoder_positions(m, ctx[i].pass->n, pad) : sotto_model_hparams(m)->n_audio_ctx;
+        if (mode == SRV_AUDIO_CTX_FULL || (mode == SRV_AUDIO_CTX_PARTIALS && p->final))
+            n_ctx[i] = full;
+        else if (!p->final)
+            n_ctx[i] = sotto_encoder_positions(m, p->n, pad);
+        else {
+            int np_ = sotto_encoder_positions(m, p->n, fpad);
+            n_ctx[i] = np_ < ffloor ? ffloor : np_;
+        }
     }
     int erc = nc ? sotto_encode_batch_ctx(m, ws, sts, mels, n_ctx, nc, &err) : SOTTO_OK;
     if (!erc)
         for (int i = 0; i < nc; i++) {
             atomic_fetch_add(&s->m.encoded_windows, 1);
             atomic_fetch_add(&s->m.encoded_positions, (uint64_t)sotto_state_encoded_positions(sts[i]));
+            if (ctx[i].pass->final) {
+                atomic_fetch_add(&s->m.final_windows, 1);
+                atomic_fetch_add(&s->m.final_positions, (uint64_t)sotto_state_encoded_positions(sts[i]));
+            }
         }
     if (erc) {
         SOTTO_WARN("encoder batch of %d failed: %s", nc, err.msg);

@@ -66,7 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refcommon as rc  # noqa: E402
 import server_client as sc  # noqa: E402
 
-SECTIONS = ["accuracy", "realtime", "weights", "badinput", "resume", "overload", "backlog",
+SECTIONS = ["accuracy", "realtime", "finalwindow", "weights", "badinput", "resume", "overload", "backlog",
             "variants", "feeds", "multilingual", "metrics", "sigterm", "tls"]
 
 REALTIME_CLIPS = ["librispeech_train-clean-100_1867-154075-0031",
@@ -76,6 +76,11 @@ HEALTHY_CLIP = "librispeech_train-clean-100_1898-145715-0024"   # 14.8 s, 2 utte
 RESUME_CLIP = "librispeech_train-clean-100_163-122947-0032"     # 13.7 s, 5 utterances
 SHORT_CLIP = "jfk"
 OVERLOAD_CLIP = "librispeech_test-clean_1089-134691-0001"      # 5.4 s
+# --audio-ctx all's final windows: a 2.1 s clip whose final, cut to its audio plus 1 s, looped
+# ("He could wait no longer. // // // // He could wait no longer. //"), and a 13.7 s one whose
+# final with 1 s of padding repeated its last phrase (docs/PERF.md, 2026-12-06)
+FINAL_WINDOW_CLIPS = ["librispeech_test-clean_1089-134691-0000",
+                      "librispeech_train-clean-100_163-122947-0032"]
 
 
 class Checks:
@@ -285,6 +290,74 @@ def section_realtime(ctx, ck):
     hyps = {k: r.transcript for k, r in all_res.items()}
     wer_report(ck, "realtime transcripts", clips, hyps, ctx.offline, 5.0, verbose=True)
     print(f"  realtime: {time.monotonic() - t0:.1f} s")
+
+
+def repeated_phrase(text, min_words=3):
+    """The first phrase of >= min_words normalized words said twice in a row, or None."""
+    w = rc.normalize(text).split()
+    for n in range(min_words, len(w) // 2 + 1):
+        for i in range(len(w) - 2 * n + 1):
+            if w[i:i + n] == w[i + n:i + 2 * n]:
+                return " ".join(w[i:i + n])
+    return None
+
+
+def section_finalwindow(ctx, ck):
+    """--audio-ctx all: final passes encode their audio plus --final-ctx-pad-ms (3 s),
+    at least --final-ctx-min-ms (10 s), rounded up to whole seconds; a short utterance's
+    final neither loops nor repeats its end. The default server's finals are whole."""
+    m0 = ctx.main.metrics()
+    r = ctx.by_id.get(FINAL_WINDOW_CLIPS[0])
+    if r is not None:
+        a = sc.load_clip(r["file"], "s16_16k", ctx.tmp)
+        sc.stream(ctx.main.ws_url, a)
+        m1 = ctx.main.metrics()
+        nwin = m1.get("sotto_encoder_final_windows_total", 0) - m0.get("sotto_encoder_final_windows_total", 0)
+        secs = m1.get("sotto_encoder_final_seconds_total", 0) - m0.get("sotto_encoder_final_seconds_total", 0)
+        ck.ok("finalwindow: the default server's final windows are whole (30 s)",
+              nwin > 0 and abs(secs - 30.0 * nwin) < 1e-6, f"{secs:.1f} s over {nwin:.0f} windows")
+    srv = sc.Server(ctx.args.server, ctx.args.model, ["--audio-ctx", "all"], threads=ctx.args.threads)
+    srv.start()
+    try:
+        finalwindow_clips(ctx, ck, srv)
+    finally:
+        code = srv.stop()
+    ck.ok("finalwindow: the --audio-ctx all server exits 0", code == 0, str(code))
+
+
+def finalwindow_clips(ctx, ck, srv):
+    for cid in FINAL_WINDOW_CLIPS:
+        r = ctx.by_id.get(cid)
+        if not ck.ok(f"finalwindow: {cid} in the manifest", r is not None):
+            continue
+        a = sc.load_clip(r["file"], "s16_16k", ctx.tmp)
+        m0 = srv.metrics()
+        res = sc.stream(srv.ws_url, a, realtime=True)
+        m1 = srv.metrics()
+        ck.problems(f"finalwindow {cid}: clean session", sc.check_session(res, a.total_units))
+        nwin = m1.get("sotto_encoder_final_windows_total", 0) - m0.get("sotto_encoder_final_windows_total", 0)
+        secs = m1.get("sotto_encoder_final_seconds_total", 0) - m0.get("sotto_encoder_final_seconds_total", 0)
+        spans = [f["end"] - f["start"] for f in res.finals().values()]
+        # every final window: max(10, ceil(its audio + 3 s)) seconds; the window of an
+        # utterance that the VAD ends holds at most its span plus the lead of the previous one
+        lo, hi = 10.0 * nwin, sum(max(10.0, float(int(r["seconds"] + 3.0) + 1)) for _ in range(int(nwin)))
+        ck.ok(f"finalwindow {cid} ({a.seconds:.1f} s, {len(spans)} utterances): every final "
+              f"window between 10 s and the clip's length + 3 s (not the whole 30 s)",
+              nwin >= len(spans) and lo <= secs <= hi and secs < 30.0 * nwin,
+              f"{nwin:.0f} final windows, {secs:.1f} s encoded, bounds {lo:.0f}..{hi:.0f} s")
+        if r["seconds"] + 3.0 <= 10.0:
+            ck.ok(f"finalwindow {cid}: a short clip's final windows are the 10 s floor",
+                  nwin > 0 and abs(secs - 10.0 * nwin) < 1e-6, f"{secs:.1f} s over {nwin:.0f} windows")
+        hyp = res.transcript
+        ref_words = rc.normalize(r["text"]).split()
+        rep = repeated_phrase(hyp)
+        ck.ok(f"finalwindow {cid}: no phrase said twice in a row, no loop, no extra words",
+              rep is None and len(rc.normalize(hyp).split()) <= len(ref_words) + 2,
+              f"{hyp!r}" + (f" repeats {rep!r}" if rep else ""))
+        errs = rc.edit_distance(ref_words, rc.normalize(hyp).split())
+        off_errs = rc.edit_distance(ref_words, rc.normalize(ctx.offline[cid]).split())
+        ck.ok(f"finalwindow {cid}: word errors at most the offline CLI's (whole windows) + 2",
+              errs <= off_errs + 2, f"{errs} against {off_errs} of {len(ref_words)} words")
 
 
 def section_weights(ctx, ck):
@@ -806,7 +879,9 @@ def section_metrics(ctx, ck):
             "sotto_audio_received_seconds_total", "sotto_audio_transcribed_seconds_total",
             "sotto_audio_dropped_seconds_total", "sotto_queue_passes", "sotto_passes_total",
             "sotto_events_sent_total", "sotto_events_dropped_total", "sotto_bad_messages_total",
-            "sotto_opus_concealed_packets_total"]
+            "sotto_opus_concealed_packets_total", "sotto_encoder_windows_total",
+            "sotto_encoder_seconds_total", "sotto_encoder_final_windows_total",
+            "sotto_encoder_final_seconds_total"]
     for h in ("sotto_pass_queue_seconds", "sotto_encode_seconds", "sotto_decode_seconds",
               "sotto_pass_seconds", "sotto_first_token_seconds"):
         want += [f'{h}_bucket{{le="+Inf"}}', f"{h}_sum", f"{h}_count"]
@@ -1335,8 +1410,8 @@ def main():
         ctx.tmp = tmp
         # offline reference: the CLI, greedy, no temperature fallback (as the server)
         need = [r for r in ctx.rows] if "accuracy" in run_sections else \
-            [ctx.by_id[c] for c in set(REALTIME_CLIPS + [HEALTHY_CLIP, SHORT_CLIP, RESUME_CLIP,
-                                                         OVERLOAD_CLIP])
+            [ctx.by_id[c] for c in set(REALTIME_CLIPS + FINAL_WINDOW_CLIPS +
+                                       [HEALTHY_CLIP, SHORT_CLIP, RESUME_CLIP, OVERLOAD_CLIP])
              if c in ctx.by_id] + weights_rows(ctx.rows, args.weights_clips)
         need = list({r["id"]: r for r in need}.values())
         t0 = time.monotonic()
