@@ -401,6 +401,8 @@ def section_overload(ctx, ck):
             ck.ok(f"{label}: the session ends (done)", r.done is not None and not r.exception,
                   f"exception {r.exception}, errors {r.errors}")
             check_finals(ck, label, r, verbose=False)
+            ck.problems(f"{label}: gapless seq, commits never revised, acks monotonic",
+                        sc.check_session(r, audios[k].total_units))
             ck.ok(f"{label}: word errors {e}/{m} <= offline CLI's {eo} + {STREAM_TOL}",
                   e <= eo + STREAM_TOL, short(r.transcript, 200))
             worst = max(worst, d if d == d else 0)
