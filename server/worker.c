@@ -341,7 +341,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
     const size_t fpad = (size_t)(s->opt.final_ctx_pad_ms * 16.0);
     const int full = sotto_model_hparams(m)->n_audio_ctx;
     /* a final pass over a short utterance needs more than its audio (docs/PERF.md) */
-    const int ffloor = sotto_encoder_positions(m, (size_t)(s->opt.final_ctx_min_ms * 16.0), 0);
+    const size_t ffloor = (size_t)(s->opt.final_ctx_min_ms * 16.0);
     for (int i = 0; i < nc; i++) {
         const sotto_pass *p = ctx[i].pass;
         sts[i] = sm->states[i], mels[i] = ctx[i].win;
@@ -350,19 +350,18 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
             n_ctx[i] = full;
         else if (!p->final)
             n_ctx[i] = sotto_encoder_positions(m, p->n, pad);
-        else {
-            int np_ = sotto_encoder_positions(m, p->n, fpad);
-            n_ctx[i] = np_ < ffloor ? ffloor : np_;
-        }
+        else /* a final pass: its audio plus fpad, at least the floor */
+            n_ctx[i] = sotto_encoder_positions(m, p->n + fpad > ffloor ? p->n + fpad : ffloor, 0);
     }
     int erc = nc ? sotto_encode_batch_ctx(m, ws, sts, mels, n_ctx, nc, &err) : SOTTO_OK;
     if (!erc)
         for (int i = 0; i < nc; i++) {
+            const uint64_t pos = (uint64_t)sotto_state_encoded_positions(sts[i]);
             atomic_fetch_add(&s->m.encoded_windows, 1);
-            atomic_fetch_add(&s->m.encoded_positions, (uint64_t)sotto_state_encoded_positions(sts[i]));
+            atomic_fetch_add(&s->m.encoded_positions, pos);
             if (ctx[i].pass->final) {
                 atomic_fetch_add(&s->m.final_windows, 1);
-                atomic_fetch_add(&s->m.final_positions, (uint64_t)sotto_state_encoded_positions(sts[i]));
+                atomic_fetch_add(&s->m.final_positions, pos);
             }
         }
     if (erc) {

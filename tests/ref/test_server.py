@@ -53,6 +53,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -64,6 +65,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import refcommon as rc  # noqa: E402
+import rooms  # noqa: E402
 import server_client as sc  # noqa: E402
 
 SECTIONS = ["accuracy", "realtime", "finalwindow", "weights", "badinput", "resume", "overload", "backlog",
@@ -292,16 +294,6 @@ def section_realtime(ctx, ck):
     print(f"  realtime: {time.monotonic() - t0:.1f} s")
 
 
-def repeated_phrase(text, min_words=3):
-    """The first phrase of >= min_words normalized words said twice in a row, or None."""
-    w = rc.normalize(text).split()
-    for n in range(min_words, len(w) // 2 + 1):
-        for i in range(len(w) - 2 * n + 1):
-            if w[i:i + n] == w[i + n:i + 2 * n]:
-                return " ".join(w[i:i + n])
-    return None
-
-
 def section_finalwindow(ctx, ck):
     """--audio-ctx all: final passes encode their audio plus --final-ctx-pad-ms (3 s),
     at least --final-ctx-min-ms (10 s), rounded up to whole seconds; a short utterance's
@@ -331,33 +323,52 @@ def finalwindow_clips(ctx, ck, srv):
         if not ck.ok(f"finalwindow: {cid} in the manifest", r is not None):
             continue
         a = sc.load_clip(r["file"], "s16_16k", ctx.tmp)
-        m0 = srv.metrics()
-        res = sc.stream(srv.ws_url, a, realtime=True)
-        m1 = srv.metrics()
-        ck.problems(f"finalwindow {cid}: clean session", sc.check_session(res, a.total_units))
-        nwin = m1.get("sotto_encoder_final_windows_total", 0) - m0.get("sotto_encoder_final_windows_total", 0)
-        secs = m1.get("sotto_encoder_final_seconds_total", 0) - m0.get("sotto_encoder_final_seconds_total", 0)
-        spans = [f["end"] - f["start"] for f in res.finals().values()]
-        # every final window: max(10, ceil(its audio + 3 s)) seconds; the window of an
-        # utterance that the VAD ends holds at most its span plus the lead of the previous one
-        lo, hi = 10.0 * nwin, sum(max(10.0, float(int(r["seconds"] + 3.0) + 1)) for _ in range(int(nwin)))
-        ck.ok(f"finalwindow {cid} ({a.seconds:.1f} s, {len(spans)} utterances): every final "
-              f"window between 10 s and the clip's length + 3 s (not the whole 30 s)",
-              nwin >= len(spans) and lo <= secs <= hi and secs < 30.0 * nwin,
-              f"{nwin:.0f} final windows, {secs:.1f} s encoded, bounds {lo:.0f}..{hi:.0f} s")
-        if r["seconds"] + 3.0 <= 10.0:
-            ck.ok(f"finalwindow {cid}: a short clip's final windows are the 10 s floor",
-                  nwin > 0 and abs(secs - 10.0 * nwin) < 1e-6, f"{secs:.1f} s over {nwin:.0f} windows")
-        hyp = res.transcript
-        ref_words = rc.normalize(r["text"]).split()
-        rep = repeated_phrase(hyp)
-        ck.ok(f"finalwindow {cid}: no phrase said twice in a row, no loop, no extra words",
-              rep is None and len(rc.normalize(hyp).split()) <= len(ref_words) + 2,
-              f"{hyp!r}" + (f" repeats {rep!r}" if rep else ""))
-        errs = rc.edit_distance(ref_words, rc.normalize(hyp).split())
-        off_errs = rc.edit_distance(ref_words, rc.normalize(ctx.offline[cid]).split())
-        ck.ok(f"finalwindow {cid}: word errors at most the offline CLI's (whole windows) + 2",
-              errs <= off_errs + 2, f"{errs} against {off_errs} of {len(ref_words)} words")
+        finalwindow_check(ctx, ck, srv, cid, r, a)
+        # the same clip in babble at 5 dB SNR (tests/ref/rooms.py): no loop, no burst of words
+        noisy = rooms.add_noise(rooms.join_clips([r], lead_s=0.5, tail_s=1.0), "babble", 5,
+                                rows=ctx.rows)
+        path = rooms.write_wav(os.path.join(ctx.tmp, f"{cid}-babble5.wav"), noisy.audio)
+        finalwindow_check(ctx, ck, srv, f"{cid} in babble 5 dB", r,
+                          sc.load_clip(path, "s16_16k", ctx.tmp), noisy=True)
+
+
+def finalwindow_check(ctx, ck, srv, cid, r, a, noisy=False):
+    """One --audio-ctx all session at real-time pace: its final windows and its text."""
+    m0 = srv.metrics()
+    res = sc.stream(srv.ws_url, a, realtime=True)
+    m1 = srv.metrics()
+    ck.problems(f"finalwindow {cid}: clean session", sc.check_session(res, a.total_units))
+    nwin = m1.get("sotto_encoder_final_windows_total", 0) - m0.get("sotto_encoder_final_windows_total", 0)
+    secs = m1.get("sotto_encoder_final_seconds_total", 0) - m0.get("sotto_encoder_final_seconds_total", 0)
+    finals = res.finals()
+    # every final window: max(10, ceil(its audio + 3 s)) seconds, its audio at most the
+    # stream (an utterance's own span, or with the previous one's as its lead)
+    lo, hi = 10.0 * nwin, nwin * max(10.0, math.ceil(a.seconds + 3.0))
+    ck.ok(f"finalwindow {cid} ({a.seconds:.1f} s, {len(finals)} utterances): every final "
+          f"window between 10 s and the stream's length + 3 s (not the whole 30 s)",
+          nwin >= len(finals) and lo <= secs <= hi < 30.0 * nwin,
+          f"{nwin:.0f} final windows, {secs:.1f} s encoded, bounds {lo:.0f}..{hi:.0f} s")
+    if noisy:
+        loops = [f.get("text", "") for f in finals.values() if rooms.has_loop(f.get("text", ""))]
+        fast = [f.get("text", "") for f in finals.values()
+                if not rooms.words_per_second_ok(f.get("text", ""), f["end"] - f["start"])]
+        ck.ok(f"finalwindow {cid}: no final with a loop or more words than its span holds",
+              not loops and not fast, f"loops {loops}, too many words {fast}; {res.transcript!r}")
+        return
+    if a.seconds + 3.0 <= 10.0:
+        ck.ok(f"finalwindow {cid}: a short clip's final windows are the 10 s floor",
+              nwin > 0 and abs(secs - 10.0 * nwin) < 1e-6, f"{secs:.1f} s over {nwin:.0f} windows")
+    hyp = res.transcript
+    ref_words = rc.normalize(r["text"]).split()
+    run = rc.repeated_run(rc.normalize(hyp).split(), min_copies=2, min_words=6)
+    rep = None if run is None else " ".join(rc.normalize(hyp).split()[run[2]:run[2] + run[0]])
+    ck.ok(f"finalwindow {cid}: no phrase said twice in a row, no loop, no extra words",
+          rep is None and len(rc.normalize(hyp).split()) <= len(ref_words) + 2,
+          f"{hyp!r}" + (f" repeats {rep!r}" if rep else ""))
+    errs = rc.edit_distance(ref_words, rc.normalize(hyp).split())
+    off_errs = rc.edit_distance(ref_words, rc.normalize(ctx.offline[cid]).split())
+    ck.ok(f"finalwindow {cid}: word errors at most the offline CLI's (whole windows) + 2",
+          errs <= off_errs + 2, f"{errs} against {off_errs} of {len(ref_words)} words")
 
 
 def section_weights(ctx, ck):
