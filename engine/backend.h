@@ -21,7 +21,9 @@
  *    backend recorded in be_scratch_owner).
  *
  * Every operation returns SOTTO_OK or an error code with a message in err.
- * Work may be queued: sync waits for the calling thread's queued work. */
+ * Work may be queued, on queues the backend keeps in the workspace (encode,
+ * decode: finished before they return) or the state (buf_copy: sync waits);
+ * nothing is kept per thread. */
 #ifndef SOTTO_BACKEND_H
 #define SOTTO_BACKEND_H
 
@@ -45,12 +47,14 @@ typedef struct sotto_backend {
     int (*state_fetch_encoder_output)(sotto_state *st, sotto_err *err);
 
     /* Buffers in the K/V caches' memory, for state.c's sequence gather:
-       alloc (NULL when out of memory), free (accepts NULL), copy (queued),
-       sync (NULL: nothing is ever queued). */
+       alloc (NULL when out of memory), free (accepts NULL), copy (queued
+       with st's own work, not a workspace's: a gather comes without one),
+       sync (waits for what copy queued for st; NULL: nothing is ever
+       queued). */
     void *(*buf_alloc)(size_t bytes);
     void (*buf_free)(void *p);
-    int (*buf_copy)(void *dst, const void *src, size_t bytes, sotto_err *err);
-    int (*sync)(sotto_err *err);
+    int (*buf_copy)(sotto_state *st, void *dst, const void *src, size_t bytes, sotto_err *err);
+    int (*sync)(sotto_state *st, sotto_err *err);
 
     /* The encoder over B windows, and the cross-attention K/V of each state.
        n_ctx[b] (NULL: every window whole) is how many positions window b

@@ -32,8 +32,8 @@ static size_t cpu_part_bytes(const sotto_model *m, int part) {
 
 static void *cpu_buf_alloc(size_t bytes) { return malloc(bytes); }
 
-static int cpu_buf_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
-    (void)err;
+static int cpu_buf_copy(sotto_state *st, void *dst, const void *src, size_t bytes, sotto_err *err) {
+    (void)st, (void)err;
     memcpy(dst, src, bytes);
     return SOTTO_OK;
 }

@@ -111,7 +111,7 @@ static float *up_vec(sotto_gpu_model *g, const float *host, size_t n, int part, 
         sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
         return NULL;
     }
-    if (sotto_cuda_copy(d, host, sizeof(float) * n, 1, err)) return NULL;
+    if (sotto_cuda_copy(d, host, sizeof(float) * n, 1, NULL, err)) return NULL; /* load time: legacy stream */
     g->part_bytes[part] += sizeof(float) * n;
     return d;
 }
@@ -229,6 +229,11 @@ static size_t cuda_model_part_bytes(const sotto_model *m, int part) {
 typedef struct gstate {
     float *d_enc_out;  /* the encoder output on the device */
     int enc_out_stale; /* the host's enc_out not yet copied back */
+    /* The state's own stream, for the work that comes without a workspace:
+       the encoder output's copy back and the sequence gather's copies. Both
+       wait for it before they return, and the encoder and decoder steps that
+       write the caches wait for theirs, so the two never overlap. */
+    cudaStream_t stream;
 } gstate;
 
 static gstate *gst(const sotto_state *st) { return st->be_state; }
@@ -241,6 +246,11 @@ static int cuda_state_alloc(sotto_state *st, sotto_err *err) {
     gstate *g = calloc(1, sizeof *g);
     if (!g) return sotto_err_set(err, SOTTO_E_NOMEM, "out of memory for a decoder state");
     st->be_state = g;
+    cudaError_t e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        g->stream = NULL;
+        return cuda_err(err, e, "cudaStreamCreate");
+    }
     if (!(st->cross_k = sotto_cuda_malloc(sizeof(float) * cross, err)) ||
         !(st->cross_v = sotto_cuda_malloc(sizeof(float) * cross, err)) ||
         !(st->self_k = sotto_cuda_malloc(sizeof(float) * self, err)) ||
@@ -258,7 +268,10 @@ static void cuda_state_free(sotto_state *st) {
     sotto_cuda_free(st->self_v);
     st->cross_k = st->cross_v = st->self_k = st->self_v = NULL;
     gstate *g = gst(st);
-    if (g) sotto_cuda_free(g->d_enc_out);
+    if (g) {
+        sotto_cuda_free(g->d_enc_out);
+        if (g->stream) cudaStreamDestroy(g->stream);
+    }
     free(g);
     st->be_state = NULL;
 }
@@ -268,7 +281,7 @@ static int cuda_state_fetch_encoder_output(sotto_state *st, sotto_err *err) {
     if (!g->enc_out_stale) return SOTTO_OK;
     const sotto_hparams *hp = &st->m->hp;
     int rc = sotto_cuda_copy(st->enc_out, g->d_enc_out,
-                             sizeof(float) * (size_t)hp->n_audio_ctx * hp->n_audio_state, 0, err);
+                             sizeof(float) * (size_t)hp->n_audio_ctx * hp->n_audio_state, 0, g->stream, err);
     if (!rc) g->enc_out_stale = 0;
     return rc;
 }
@@ -276,13 +289,18 @@ static int cuda_state_fetch_encoder_output(sotto_state *st, sotto_err *err) {
 static void *cuda_buf_alloc(size_t bytes) { return sotto_cuda_malloc(bytes, NULL); }
 static void cuda_buf_free(void *p) { sotto_cuda_free(p); }
 
-static int cuda_buf_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, sotto_cuda_get_stream());
+/* A device-to-device copy queued on stream. */
+static int dcopy(cudaStream_t stream, void *dst, const void *src, size_t bytes, sotto_err *err) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
     return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "device copy");
 }
 
-static int cuda_sync(sotto_err *err) {
-    cudaError_t e = cudaStreamSynchronize(sotto_cuda_get_stream());
+static int cuda_buf_copy(sotto_state *st, void *dst, const void *src, size_t bytes, sotto_err *err) {
+    return dcopy(gst(st)->stream, dst, src, bytes, err);
+}
+
+static int cuda_sync(sotto_state *st, sotto_err *err) {
+    cudaError_t e = cudaStreamSynchronize(gst(st)->stream);
     return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "device copy");
 }
 
@@ -362,8 +380,6 @@ static gws *get_gws(sotto_workspace *ws, sotto_err *err) {
         ws->be_scratch = w;
         ws->be_scratch_owner = &k_cuda;
     }
-    /* this thread's kernels and copies go to the workspace's stream */
-    sotto_cuda_set_stream(w->stream);
     return w;
 }
 
@@ -375,7 +391,6 @@ static void cuda_ws_free(void *p) {
         if (w->graphs[i].exec) cudaGraphExecDestroy(w->graphs[i].exec);
     for (int i = 0; i < G_COUNT; i++) sotto_cuda_free(w->buf[i]);
     cublasDestroy(w->blas);
-    if (sotto_cuda_get_stream() == (void *)w->stream) sotto_cuda_set_stream(NULL);
     cudaStreamDestroy(w->stream);
     free(w->rows_host);
     free(w);
@@ -411,35 +426,35 @@ static int glinear(gws *w, const glin *L, const float *x, int n, float *y, int a
     const int rows = sotto_cuda_wmat_rows(L->w), cols = sotto_cuda_wmat_cols(L->w);
     int rc;
     if (n <= SKINNY_MAX)
-        return acc ? sotto_cuda_linear_acc_async(L->w, L->b, x, n, y, err)
-                   : sotto_cuda_linear_async(L->w, L->b, x, n, y, err);
+        return acc ? sotto_cuda_linear_acc_async(L->w, L->b, x, n, y, w->stream, err)
+                   : sotto_cuda_linear_async(L->w, L->b, x, n, y, w->stream, err);
     if (w->gemm == GEMM_BF16) { /* bf16 operands, fp32 accumulation and output */
         const uint16_t *W16 = sotto_cuda_wmat_bf16(L->w);
         if (!W16) {
             uint16_t *s16 = (uint16_t *)gbuf(w, G_DEQ, ((size_t)rows * cols + 1) / 2, err);
             if (!s16) return err->code;
-            if ((rc = sotto_cuda_wmat_dequant_bf16(L->w, s16, err))) return rc;
+            if ((rc = sotto_cuda_wmat_dequant_bf16(L->w, s16, w->stream, err))) return rc;
             W16 = s16;
         }
         uint16_t *x16 = (uint16_t *)gbuf(w, G_A16, ((size_t)n * cols + 1) / 2, err);
         if (!x16) return err->code;
-        if ((rc = sotto_cuda_f32_to_bf16(x, x16, (size_t)n * cols, err))) return rc;
+        if ((rc = sotto_cuda_f32_to_bf16(x, x16, (size_t)n * cols, w->stream, err))) return rc;
         const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
         cublasStatus_t st = cublasGemmEx(w->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, W16, CUDA_R_16BF,
                                          cols, x16, CUDA_R_16BF, cols, &beta, y, CUDA_R_32F, rows,
                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) return blas_err(err, st, "gemmEx (bf16)");
-        return L->b ? sotto_cuda_add_bias_rows(y, L->b, n, rows, err) : SOTTO_OK;
+        return L->b ? sotto_cuda_add_bias_rows(y, L->b, n, rows, w->stream, err) : SOTTO_OK;
     }
     const float *W = sotto_cuda_wmat_f32(L->w);
     if (!W) {
         float *s = gbuf(w, G_DEQ, (size_t)rows * cols, err);
         if (!s) return err->code;
-        if ((rc = sotto_cuda_wmat_dequant(L->w, s, err))) return rc;
+        if ((rc = sotto_cuda_wmat_dequant(L->w, s, w->stream, err))) return rc;
         W = s;
     }
     if ((rc = gemm(w, W, rows, cols, x, n, y, acc ? 1.0f : 0.0f, err))) return rc;
-    return L->b ? sotto_cuda_add_bias_rows(y, L->b, n, rows, err) : SOTTO_OK;
+    return L->b ? sotto_cuda_add_bias_rows(y, L->b, n, rows, w->stream, err) : SOTTO_OK;
 }
 
 /* Full self-attention of one window: q, k, v, out [T][d], H heads of dh.
@@ -455,15 +470,16 @@ static int enc_attention(gws *w, const float *q, const float *k, const float *v,
         if (!p16) return err->code;
         uint16_t *k16 = q16 + td, *v16 = q16 + 2 * td;
         int rc;
-        if ((rc = sotto_cuda_f32_to_bf16(q, q16, td, err)) || (rc = sotto_cuda_f32_to_bf16(k, k16, td, err)) ||
-            (rc = sotto_cuda_f32_to_bf16(v, v16, td, err)))
+        if ((rc = sotto_cuda_f32_to_bf16(q, q16, td, w->stream, err)) ||
+            (rc = sotto_cuda_f32_to_bf16(k, k16, td, w->stream, err)) ||
+            (rc = sotto_cuda_f32_to_bf16(v, v16, td, w->stream, err)))
             return rc;
         cublasStatus_t s = cublasGemmStridedBatchedEx(w->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, dh, &scale, k16,
                                                       CUDA_R_16BF, d, dh, q16, CUDA_R_16BF, d, dh, &zero, scores,
                                                       CUDA_R_32F, T, TT, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (s != CUBLAS_STATUS_SUCCESS) return blas_err(err, s, "attention scores (bf16)");
-        if ((rc = sotto_cuda_softmax_rows(scores, H * T, T, err)) ||
-            (rc = sotto_cuda_f32_to_bf16(scores, p16, (size_t)H * TT, err)))
+        if ((rc = sotto_cuda_softmax_rows(scores, H * T, T, w->stream, err)) ||
+            (rc = sotto_cuda_f32_to_bf16(scores, p16, (size_t)H * TT, w->stream, err)))
             return rc;
         s = cublasGemmStridedBatchedEx(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, dh, T, T, &one, v16, CUDA_R_16BF, d, dh,
                                        p16, CUDA_R_16BF, T, TT, &zero, out, CUDA_R_32F, d, dh, H,
@@ -474,7 +490,7 @@ static int enc_attention(gws *w, const float *q, const float *k, const float *v,
     cublasStatus_t s = cublasSgemmStridedBatched(w->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, dh, &scale,
                                                  k, d, dh, q, d, dh, &zero, scores, T, TT, H);
     if (s != CUBLAS_STATUS_SUCCESS) return blas_err(err, s, "attention scores");
-    int rc = sotto_cuda_softmax_rows(scores, H * T, T, err);
+    int rc = sotto_cuda_softmax_rows(scores, H * T, T, w->stream, err);
     if (rc) return rc;
     /* O_h[query][:] = sum_key P_h[query][key] v_h[key][:]: O_h'^T = V_h'^T P_h'^T */
     s = cublasSgemmStridedBatched(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, dh, T, T, &one, v, d, dh,
@@ -513,26 +529,26 @@ static int cuda_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_st
 
     for (int b = 0; b < B; b++) {
         float *xb = x + (size_t)b * T * d;
-        if ((rc = sotto_cuda_copy(mel, mels[b], sizeof(float) * (size_t)nm * T2, 1, err))) return rc;
+        if ((rc = sotto_cuda_copy(mel, mels[b], sizeof(float) * (size_t)nm * T2, 1, w->stream, err))) return rc;
         /* mel [nm][T2] -> time-major xt [T2][nm] (in h) */
         cublasStatus_t s = cublasSgeam(w->blas, CUBLAS_OP_T, CUBLAS_OP_N, nm, T2, &one, mel, T2,
                                        &zero, h, nm, h, nm);
         if (s != CUBLAS_STATUS_SUCCESS) return blas_err(err, s, "mel transpose");
-        if ((rc = sotto_cuda_im2col_k3(h, T2, nm, 1, cols, err)) ||
+        if ((rc = sotto_cuda_im2col_k3(h, T2, nm, 1, cols, w->stream, err)) ||
             (rc = gemm(w, g->conv1_w, d, nm * 3, cols, T2, f, 0.0f, err)) ||
-            (rc = sotto_cuda_add_bias_rows(f, g->conv1_b, T2, d, err)) ||
-            (rc = sotto_cuda_gelu(f, (size_t)T2 * d, err)) ||
-            (rc = sotto_cuda_im2col_k3(f, T2, d, 2, cols, err)) ||
+            (rc = sotto_cuda_add_bias_rows(f, g->conv1_b, T2, d, w->stream, err)) ||
+            (rc = sotto_cuda_gelu(f, (size_t)T2 * d, w->stream, err)) ||
+            (rc = sotto_cuda_im2col_k3(f, T2, d, 2, cols, w->stream, err)) ||
             (rc = gemm(w, g->conv2_w, d, d * 3, cols, T, xb, 0.0f, err)) ||
-            (rc = sotto_cuda_add_bias_rows(xb, g->conv2_b, T, d, err)) ||
-            (rc = sotto_cuda_gelu(xb, (size_t)T * d, err)) ||
-            (rc = sotto_cuda_add(xb, g->enc_pos, (size_t)T * d, err)))
+            (rc = sotto_cuda_add_bias_rows(xb, g->conv2_b, T, d, w->stream, err)) ||
+            (rc = sotto_cuda_gelu(xb, (size_t)T * d, w->stream, err)) ||
+            (rc = sotto_cuda_add(xb, g->enc_pos, (size_t)T * d, w->stream, err)))
             return rc;
     }
     const float scale = 1.0f / sqrtf((float)dh);
     for (int l = 0; l < hp->n_audio_layer; l++) {
         const genc *L = &g->enc[l];
-        if ((rc = sotto_cuda_layer_norm(x, h, (int)BT, d, L->attn_ln.g, L->attn_ln.b, 1e-5f, err)) ||
+        if ((rc = sotto_cuda_layer_norm(x, h, (int)BT, d, L->attn_ln.g, L->attn_ln.b, 1e-5f, w->stream, err)) ||
             (rc = glinear(w, &L->q, h, (int)BT, q, 0, err)) ||
             (rc = glinear(w, &L->k, h, (int)BT, k, 0, err)) ||
             (rc = glinear(w, &L->v, h, (int)BT, v, 0, err)))
@@ -543,9 +559,9 @@ static int cuda_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_st
                 return rc;
         }
         if ((rc = glinear(w, &L->o, att, (int)BT, x, 1, err)) ||
-            (rc = sotto_cuda_layer_norm(x, h, (int)BT, d, L->mlp_ln.g, L->mlp_ln.b, 1e-5f, err)) ||
+            (rc = sotto_cuda_layer_norm(x, h, (int)BT, d, L->mlp_ln.g, L->mlp_ln.b, 1e-5f, w->stream, err)) ||
             (rc = glinear(w, &L->fc1, h, (int)BT, f, 0, err)) ||
-            (rc = sotto_cuda_gelu(f, BT * ff, err)) ||
+            (rc = sotto_cuda_gelu(f, BT * ff, w->stream, err)) ||
             (rc = glinear(w, &L->fc2, f, (int)BT, x, 1, err)))
             return rc;
     }
@@ -554,7 +570,7 @@ static int cuda_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_st
         sotto_state *st = sts[b];
         float *enc_out = gst(st)->d_enc_out;
         if ((rc = sotto_cuda_layer_norm(x + (size_t)b * T * d, enc_out, T, d, g->enc_ln.g,
-                                        g->enc_ln.b, 1e-5f, err)))
+                                        g->enc_ln.b, 1e-5f, w->stream, err)))
             return rc;
         for (int l = 0; l < hp->n_text_layer; l++) {
             const gdec *L = &g->dec[l];
@@ -593,23 +609,24 @@ static int enqueue_step(const sotto_model *m, gws *w, int n, const sotto_cuda_ro
     int rc;
     for (int l = 0; l < hp->n_text_layer; l++) {
         const gdec *L = &g->dec[l];
-        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->attn_ln.g, L->attn_ln.b, 1e-5f, err)) ||
+        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->attn_ln.g, L->attn_ln.b, 1e-5f, w->stream, err)) ||
             (rc = glinear(w, &L->q, h, n, q, 0, err)) || (rc = glinear(w, &L->k, h, n, k, 0, err)) ||
             (rc = glinear(w, &L->v, h, n, v, 0, err)) ||
-            (rc = sotto_cuda_kv_append(k, v, n, d, d_rows, l, err)) ||
-            (rc = sotto_cuda_attention_self(q, att, n, H, dh, d_rows, l, hp->n_text_ctx, scale, err)) ||
+            (rc = sotto_cuda_kv_append(k, v, n, d, d_rows, l, w->stream, err)) ||
+            (rc = sotto_cuda_attention_self(q, att, n, H, dh, d_rows, l, hp->n_text_ctx, scale, w->stream, err)) ||
             (rc = glinear(w, &L->o, att, n, x, 1, err)) ||
-            (rc = sotto_cuda_layer_norm(x, h, n, d, L->cross_ln.g, L->cross_ln.b, 1e-5f, err)) ||
+            (rc = sotto_cuda_layer_norm(x, h, n, d, L->cross_ln.g, L->cross_ln.b, 1e-5f, w->stream, err)) ||
             (rc = glinear(w, &L->cq, h, n, q, 0, err)) ||
-            (rc = sotto_cuda_attention_cross(q, att, n, H, dh, d_rows, l, hp->n_audio_ctx, scale, xpart, err)) ||
+            (rc = sotto_cuda_attention_cross(q, att, n, H, dh, d_rows, l, hp->n_audio_ctx, scale, xpart, w->stream,
+                                             err)) ||
             (rc = glinear(w, &L->co, att, n, x, 1, err)) ||
-            (rc = sotto_cuda_layer_norm(x, h, n, d, L->mlp_ln.g, L->mlp_ln.b, 1e-5f, err)) ||
-            (rc = glinear(w, &L->fc1, h, n, f, 0, err)) || (rc = sotto_cuda_gelu(f, (size_t)n * ff, err)) ||
+            (rc = sotto_cuda_layer_norm(x, h, n, d, L->mlp_ln.g, L->mlp_ln.b, 1e-5f, w->stream, err)) ||
+            (rc = glinear(w, &L->fc1, h, n, f, 0, err)) || (rc = sotto_cuda_gelu(f, (size_t)n * ff, w->stream, err)) ||
             (rc = glinear(w, &L->fc2, f, n, x, 1, err)))
             return rc;
     }
     glin emb = {g->emb, NULL};
-    if ((rc = sotto_cuda_layer_norm(x, h, n, d, g->dec_ln.g, g->dec_ln.b, 1e-5f, err)) ||
+    if ((rc = sotto_cuda_layer_norm(x, h, n, d, g->dec_ln.g, g->dec_ln.b, 1e-5f, w->stream, err)) ||
         (rc = glinear(w, &emb, h, n, lg, 0, err)))
         return rc;
     return SOTTO_OK;
@@ -739,36 +756,36 @@ static int cuda_decode(const sotto_model *m, sotto_workspace *ws, const sotto_ro
     float *lg = f && n_want > 0 ? gbuf(w, G_LOGITS, (size_t)n_want * V, err) : f;
     if (!lg) return err->code;
     int rc;
-    if ((rc = sotto_cuda_copy(x, x_host, sizeof(float) * (size_t)n * d, 1, err))) return rc;
+    if ((rc = sotto_cuda_copy(x, x_host, sizeof(float) * (size_t)n * d, 1, w->stream, err))) return rc;
     const size_t per_layer = (size_t)T * d;
     for (int l = 0; l < hp->n_text_layer; l++) {
         const gdec *L = &g->dec[l];
         /* self-attention: K/V written into the cache, then causal attention */
-        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->attn_ln.g, L->attn_ln.b, 1e-5f, err)) ||
+        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->attn_ln.g, L->attn_ln.b, 1e-5f, w->stream, err)) ||
             (rc = glinear(w, &L->q, h, n, q, 0, err)) || (rc = glinear(w, &L->k, h, n, k, 0, err)) ||
             (rc = glinear(w, &L->v, h, n, v, 0, err)))
             return rc;
-        if ((rc = cuda_buf_copy(self_at(r->st, r->st->self_k, l, r->seq, r->pos), k, sizeof(float) * (size_t)n * d,
+        if ((rc = dcopy(w->stream, self_at(r->st, r->st->self_k, l, r->seq, r->pos), k, sizeof(float) * (size_t)n * d,
                                  err)) ||
-            (rc = cuda_buf_copy(self_at(r->st, r->st->self_v, l, r->seq, r->pos), v, sizeof(float) * (size_t)n * d,
+            (rc = dcopy(w->stream, self_at(r->st, r->st->self_v, l, r->seq, r->pos), v, sizeof(float) * (size_t)n * d,
                                  err)) ||
             (rc = sotto_cuda_attention_causal(q, d, sotto_state_self(r->st, r->st->self_k, l, r->seq),
                                               sotto_state_self(r->st, r->st->self_v, l, r->seq), d, att, d, n,
-                                              r->pos + n, H, dh, scale, r->pos, err)))
+                                              r->pos + n, H, dh, scale, r->pos, w->stream, err)))
             return rc;
         if ((rc = glinear(w, &L->o, att, n, x, 1, err))) return rc;
 
         /* cross-attention over the sequence's stream */
-        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->cross_ln.g, L->cross_ln.b, 1e-5f, err)) ||
+        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->cross_ln.g, L->cross_ln.b, 1e-5f, w->stream, err)) ||
             (rc = glinear(w, &L->cq, h, n, q, 0, err)) ||
             (rc = sotto_cuda_attention_rows(q, d, r->st->cross_k + l * per_layer, r->st->cross_v + l * per_layer, d,
-                                            att, d, n, T, H, dh, scale, err)))
+                                            att, d, n, T, H, dh, scale, w->stream, err)))
             return rc;
         if ((rc = glinear(w, &L->co, att, n, x, 1, err))) return rc;
 
         /* MLP */
-        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->mlp_ln.g, L->mlp_ln.b, 1e-5f, err)) ||
-            (rc = glinear(w, &L->fc1, h, n, f, 0, err)) || (rc = sotto_cuda_gelu(f, (size_t)n * ff, err)) ||
+        if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->mlp_ln.g, L->mlp_ln.b, 1e-5f, w->stream, err)) ||
+            (rc = glinear(w, &L->fc1, h, n, f, 0, err)) || (rc = sotto_cuda_gelu(f, (size_t)n * ff, w->stream, err)) ||
             (rc = glinear(w, &L->fc2, f, n, x, 1, err)))
             return rc;
     }
@@ -776,14 +793,14 @@ static int cuda_decode(const sotto_model *m, sotto_workspace *ws, const sotto_ro
         const float *sel = x;
         if (want) { /* gather the wanted rows into q */
             for (int i = 0; i < n_want; i++)
-                if ((rc = cuda_buf_copy(q + (size_t)i * d, x + (size_t)want[i] * d, sizeof(float) * d, err)))
+                if ((rc = dcopy(w->stream, q + (size_t)i * d, x + (size_t)want[i] * d, sizeof(float) * d, err)))
                     return rc;
             sel = q;
         }
         glin emb = {g->emb, NULL};
-        if ((rc = sotto_cuda_layer_norm(sel, h, n_want, d, g->dec_ln.g, g->dec_ln.b, 1e-5f, err)) ||
+        if ((rc = sotto_cuda_layer_norm(sel, h, n_want, d, g->dec_ln.g, g->dec_ln.b, 1e-5f, w->stream, err)) ||
             (rc = glinear(w, &emb, h, n_want, lg, 0, err)) ||
-            (rc = sotto_cuda_copy(logits, lg, sizeof(float) * (size_t)n_want * V, 0, err)))
+            (rc = sotto_cuda_copy(logits, lg, sizeof(float) * (size_t)n_want * V, 0, w->stream, err)))
             return rc;
     }
     cudaError_t e = cudaStreamSynchronize(w->stream);

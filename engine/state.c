@@ -92,8 +92,8 @@ int sotto_state_seq_truncate(sotto_state *st, int seq, int len) {
 }
 
 /* A copy within the backend's memory (memcpy on the CPU; queued on a GPU). */
-static int copy_rows(const sotto_state *st, float *dst, const float *src, size_t bytes) {
-    return st->m->be->buf_copy(dst, src, bytes, NULL);
+static int copy_rows(sotto_state *st, float *dst, const float *src, size_t bytes) {
+    return st->m->be->buf_copy(st, dst, src, bytes, NULL);
 }
 
 int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int n) {
@@ -144,7 +144,7 @@ int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int 
                                tmp + (size_t)(2 * i + 1) * per, bytes);
         }
     }
-    if (!rc && st->m->be->sync) rc = st->m->be->sync(NULL); /* the copies are done before the call returns */
+    if (!rc && st->m->be->sync) rc = st->m->be->sync(st, NULL); /* the copies are done before the call returns */
     if (rc) return rc;
     for (int i = 0; i < n; i++) st->seq_len[dst[i]] = lens[i];
     return SOTTO_OK;

@@ -55,12 +55,12 @@ static void c_buf_free(void *p) {
     n.buf_free += p != NULL;
     sotto_backend_cpu.buf_free(p);
 }
-static int c_buf_copy(void *dst, const void *src, size_t bytes, sotto_err *err) {
+static int c_buf_copy(sotto_state *st, void *dst, const void *src, size_t bytes, sotto_err *err) {
     n.buf_copy++;
-    return sotto_backend_cpu.buf_copy(dst, src, bytes, err);
+    return sotto_backend_cpu.buf_copy(st, dst, src, bytes, err);
 }
-static int c_sync(sotto_err *err) {
-    (void)err;
+static int c_sync(sotto_state *st, sotto_err *err) {
+    (void)st, (void)err;
     n.sync++;
     return SOTTO_OK;
 }

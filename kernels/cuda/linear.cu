@@ -27,13 +27,6 @@ __constant__ float c_nf4[16];
 __constant__ float c_e2m1[8];
 __constant__ float c_e4m3[256];
 
-// The stream this thread queues on (0: the legacy default stream).
-static __thread cudaStream_t tl_stream;
-
-extern "C" void sotto_cuda_set_stream(void *stream) { tl_stream = (cudaStream_t)stream; }
-extern "C" void *sotto_cuda_get_stream(void) { return (void *)tl_stream; }
-#define S() tl_stream
-
 static int cuda_fail(sotto_err *err, cudaError_t e, const char *what) {
     return sotto_err_set(err, SOTTO_E_INTERNAL, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
@@ -90,9 +83,11 @@ extern "C" void sotto_cuda_free(void *p) {
     if (p) cudaFree(p);
 }
 
-extern "C" int sotto_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, sotto_err *err) {
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, S());
-    if (e == cudaSuccess) e = cudaStreamSynchronize(S());
+extern "C" int sotto_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, sotto_cuda_stream stream,
+                               sotto_err *err) {
+    cudaError_t e =
+        cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
     return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "cudaMemcpy");
 }
 
@@ -105,9 +100,11 @@ extern "C" sotto_cuda_wmat *sotto__cuda_wmat_new(sotto_wfmt fmt, int rows, int c
         return NULL;
     }
     w->fmt = fmt, w->rows = rows, w->cols = cols, w->global_scale = global_scale;
-    if (!(w->data = sotto_cuda_malloc(data_bytes, err)) || sotto_cuda_copy(w->data, data, data_bytes, 1, err) ||
+    // an upload is a load-time copy that waits: on the legacy default stream
+    if (!(w->data = sotto_cuda_malloc(data_bytes, err)) ||
+        sotto_cuda_copy(w->data, data, data_bytes, 1, NULL, err) ||
         (scale_bytes && (!(w->scales = sotto_cuda_malloc(scale_bytes, err)) ||
-                         sotto_cuda_copy(w->scales, scales, scale_bytes, 1, err)))) {
+                         sotto_cuda_copy(w->scales, scales, scale_bytes, 1, NULL, err)))) {
         sotto_cuda_wmat_free(w);
         return NULL;
     }
@@ -257,14 +254,15 @@ struct SkinnyLaunch {
     float *y;
     int n, acc;
     dim3 grid;
-    template <int FMT, bool VEC> void run() { skinny<FMT, VEC><<<grid, 256, 0, S()>>>(d, x, n, bias, y, acc); }
+    cudaStream_t stream;
+    template <int FMT, bool VEC> void run() { skinny<FMT, VEC><<<grid, 256, 0, stream>>>(d, x, n, bias, y, acc); }
 };
 
 static int linear_launch(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y, int acc,
-                         sotto_err *err) {
+                         cudaStream_t stream, sotto_err *err) {
     if (n <= 0) return SOTTO_OK;
     SkinnyLaunch l = {{w->data, w->scales, w->rows, w->cols, w->global_scale}, x, bias, y, n, acc,
-                      dim3((unsigned)((w->rows + 7) / 8))};
+                      dim3((unsigned)((w->rows + 7) / 8)), stream};
     if (!by_format(w->fmt, w->cols % 8 == 0, l)) return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
     return launched("kernel launch", err);
 }
@@ -323,9 +321,10 @@ static unsigned grid_for(size_t work) {
 }
 
 
-extern "C" int sotto_cuda_f32_to_bf16(const float *x, uint16_t *y, size_t n, sotto_err *err) {
+extern "C" int sotto_cuda_f32_to_bf16(const float *x, uint16_t *y, size_t n, sotto_cuda_stream stream,
+                                      sotto_err *err) {
     if (!n) return SOTTO_OK;
-    f32_to_bf16_k<<<grid_for(n), 256, 0, S()>>>(x, y, n);
+    f32_to_bf16_k<<<grid_for(n), 256, 0, stream>>>(x, y, n);
     return launched("f32_to_bf16 launch", err);
 }
 
@@ -344,42 +343,46 @@ template <typename T> struct DequantLaunch { // T: float, or uint16_t for bf16
     WDev d;
     T *dst;
     dim3 grid;
-    template <int FMT, bool VEC> void run() { dequant_k<FMT, VEC, T><<<grid, 256, 0, S()>>>(d, dst); }
+    cudaStream_t stream;
+    template <int FMT, bool VEC> void run() { dequant_k<FMT, VEC, T><<<grid, 256, 0, stream>>>(d, dst); }
 };
 
-template <typename T> static int dequant_launch(const sotto_cuda_wmat *w, T *dst, sotto_err *err) {
+template <typename T>
+static int dequant_launch(const sotto_cuda_wmat *w, T *dst, cudaStream_t stream, sotto_err *err) {
     const bool vec = w->cols % 8 == 0;
     DequantLaunch<T> l = {{w->data, w->scales, w->rows, w->cols, w->global_scale}, dst,
-                          dim3(grid_for((size_t)w->rows * w->cols / (vec ? 8 : 1)))};
+                          dim3(grid_for((size_t)w->rows * w->cols / (vec ? 8 : 1))), stream};
     if (!by_format(w->fmt, vec, l)) return sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format");
     return launched("dequant launch", err);
 }
 
-extern "C" int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_err *err) {
-    return dequant_launch(w, dst, err);
+extern "C" int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_cuda_stream stream,
+                                       sotto_err *err) {
+    return dequant_launch(w, dst, stream, err);
 }
 
-extern "C" int sotto_cuda_wmat_dequant_bf16(const sotto_cuda_wmat *w, uint16_t *dst, sotto_err *err) {
-    return dequant_launch(w, dst, err);
+extern "C" int sotto_cuda_wmat_dequant_bf16(const sotto_cuda_wmat *w, uint16_t *dst, sotto_cuda_stream stream,
+                                            sotto_err *err) {
+    return dequant_launch(w, dst, stream, err);
 }
 
 extern "C" int sotto_cuda_linear_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n,
-                                       float *y, sotto_err *err) {
-    return linear_launch(w, bias, x, n, y, 0, err);
+                                       float *y, sotto_cuda_stream stream, sotto_err *err) {
+    return linear_launch(w, bias, x, n, y, 0, stream, err);
 }
 
 extern "C" int sotto_cuda_linear_acc_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n,
-                                           float *y, sotto_err *err) {
-    return linear_launch(w, bias, x, n, y, 1, err);
+                                           float *y, sotto_cuda_stream stream, sotto_err *err) {
+    return linear_launch(w, bias, x, n, y, 1, stream, err);
 }
 
-extern "C" int sotto_cuda_sync(sotto_err *err) {
-    cudaError_t e = cudaDeviceSynchronize();
+extern "C" int sotto_cuda_sync(sotto_cuda_stream stream, sotto_err *err) {
+    cudaError_t e = cudaStreamSynchronize(stream);
     return e == cudaSuccess ? SOTTO_OK : cuda_fail(err, e, "kernel");
 }
 
 extern "C" int sotto_cuda_linear(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
-                                 sotto_err *err) {
-    int rc = sotto_cuda_linear_async(w, bias, x, n, y, err);
-    return rc ? rc : sotto_cuda_sync(err);
+                                 sotto_cuda_stream stream, sotto_err *err) {
+    int rc = sotto_cuda_linear_async(w, bias, x, n, y, stream, err);
+    return rc ? rc : sotto_cuda_sync(stream, err);
 }

@@ -7,8 +7,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#define S() ((cudaStream_t)sotto_cuda_get_stream())
-
 static int launched(sotto_err *err, const char *what) {
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? SOTTO_OK
@@ -91,27 +89,28 @@ static unsigned grid_for(size_t n) {
 }
 
 extern "C" int sotto_cuda_layer_norm(const float *x, float *y, int n, int d, const float *gamma, const float *beta,
-                                     float eps, sotto_err *err) {
+                                     float eps, sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0 || d <= 0) return SOTTO_OK;
-    layer_norm_k<<<n, 256, 0, S()>>>(x, y, d, gamma, beta, eps);
+    layer_norm_k<<<n, 256, 0, stream>>>(x, y, d, gamma, beta, eps);
     return launched(err, "layer_norm");
 }
 
-extern "C" int sotto_cuda_gelu(float *x, size_t n, sotto_err *err) {
+extern "C" int sotto_cuda_gelu(float *x, size_t n, sotto_cuda_stream stream, sotto_err *err) {
     if (!n) return SOTTO_OK;
-    gelu_k<<<grid_for(n), 256, 0, S()>>>(x, n);
+    gelu_k<<<grid_for(n), 256, 0, stream>>>(x, n);
     return launched(err, "gelu");
 }
 
-extern "C" int sotto_cuda_softmax_rows(float *x, int n, int d, sotto_err *err) {
+extern "C" int sotto_cuda_softmax_rows(float *x, int n, int d, sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0 || d <= 0) return SOTTO_OK;
-    softmax_k<<<n, 256, 0, S()>>>(x, d);
+    softmax_k<<<n, 256, 0, stream>>>(x, d);
     return launched(err, "softmax");
 }
 
-extern "C" int sotto_cuda_add_bias_rows(float *x, const float *b, int n, int d, sotto_err *err) {
+extern "C" int sotto_cuda_add_bias_rows(float *x, const float *b, int n, int d, sotto_cuda_stream stream,
+                                        sotto_err *err) {
     if (n <= 0 || d <= 0) return SOTTO_OK;
-    add_bias_k<<<grid_for((size_t)n * d), 256, 0, S()>>>(x, b, n, d);
+    add_bias_k<<<grid_for((size_t)n * d), 256, 0, stream>>>(x, b, n, d);
     return launched(err, "add_bias_rows");
 }
 
@@ -236,7 +235,8 @@ __global__ void attention_rows_k(const float *__restrict__ q, int q_stride, cons
 }
 
 static int attention(const float *q, int q_stride, const float *k, const float *v, int kv_stride, float *out,
-                     int out_stride, int nr, int n_kv, int n_head, int dh, float scale, int q_pos0, sotto_err *err) {
+                     int out_stride, int nr, int n_kv, int n_head, int dh, float scale, int q_pos0,
+                     cudaStream_t stream, sotto_err *err) {
     if (nr <= 0 || n_head <= 0) return SOTTO_OK;
     if (n_kv <= 0 || dh <= 0 || dh > 256)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: n_kv %d, dh %d (1..256)", n_kv, dh);
@@ -247,11 +247,11 @@ static int attention(const float *q, int q_stride, const float *k, const float *
     int rc;
     if (vec) {
         if ((rc = att_smem_optin(attention_rows_k<true>, smem, err))) return rc;
-        attention_rows_k<true><<<grid, nt, smem, S()>>>(q, q_stride, k, v, kv_stride, out, out_stride, n_kv, dh,
+        attention_rows_k<true><<<grid, nt, smem, stream>>>(q, q_stride, k, v, kv_stride, out, out_stride, n_kv, dh,
                                                         scale, q_pos0);
     } else {
         if ((rc = att_smem_optin(attention_rows_k<false>, smem, err))) return rc;
-        attention_rows_k<false><<<grid, nt, smem, S()>>>(q, q_stride, k, v, kv_stride, out, out_stride, n_kv, dh,
+        attention_rows_k<false><<<grid, nt, smem, stream>>>(q, q_stride, k, v, kv_stride, out, out_stride, n_kv, dh,
                                                          scale, q_pos0);
     }
     return launched(err, "attention_rows");
@@ -259,17 +259,19 @@ static int attention(const float *q, int q_stride, const float *k, const float *
 
 extern "C" int sotto_cuda_attention_rows(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
                                          float *out, int out_stride, int nr, int n_kv, int n_head, int dh,
-                                         float scale, sotto_err *err) {
-    return attention(q, q_stride, k, v, kv_stride, out, out_stride, nr, n_kv, n_head, dh, scale, -1, err);
+                                         float scale, sotto_cuda_stream stream, sotto_err *err) {
+    return attention(q, q_stride, k, v, kv_stride, out, out_stride, nr, n_kv, n_head, dh, scale, -1, stream, err);
 }
 
 extern "C" int sotto_cuda_attention_causal(const float *q, int q_stride, const float *k, const float *v,
                                            int kv_stride, float *out, int out_stride, int nr, int n_kv, int n_head,
-                                           int dh, float scale, int q_pos0, sotto_err *err) {
+                                           int dh, float scale, int q_pos0, sotto_cuda_stream stream,
+                                           sotto_err *err) {
     if (q_pos0 < 0 || n_kv < q_pos0 + nr)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda causal attention: %d keys for rows at %d..%d", n_kv,
                              q_pos0, q_pos0 + nr - 1);
-    return attention(q, q_stride, k, v, kv_stride, out, out_stride, nr, n_kv, n_head, dh, scale, q_pos0, err);
+    return attention(q, q_stride, k, v, kv_stride, out, out_stride, nr, n_kv, n_head, dh, scale, q_pos0, stream,
+                     err);
 }
 
 __global__ void add_k(float *y, const float *__restrict__ x, size_t n) {
@@ -277,9 +279,9 @@ __global__ void add_k(float *y, const float *__restrict__ x, size_t n) {
         y[i] += x[i];
 }
 
-extern "C" int sotto_cuda_add(float *y, const float *x, size_t n, sotto_err *err) {
+extern "C" int sotto_cuda_add(float *y, const float *x, size_t n, sotto_cuda_stream stream, sotto_err *err) {
     if (!n) return SOTTO_OK;
-    add_k<<<grid_for(n), 256, 0, S()>>>(y, x, n);
+    add_k<<<grid_for(n), 256, 0, stream>>>(y, x, n);
     return launched(err, "add");
 }
 
@@ -294,11 +296,12 @@ __global__ void im2col_k3_k(const float *__restrict__ x, int t_in, int c_in, int
     }
 }
 
-extern "C" int sotto_cuda_im2col_k3(const float *x, int t_in, int c_in, int stride, float *cols, sotto_err *err) {
+extern "C" int sotto_cuda_im2col_k3(const float *x, int t_in, int c_in, int stride, float *cols,
+                                    sotto_cuda_stream stream, sotto_err *err) {
     if (t_in <= 0 || c_in <= 0 || stride <= 0)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda im2col: t_in %d, c_in %d, stride %d", t_in, c_in, stride);
     const int t_out = (t_in - 1) / stride + 1;
-    im2col_k3_k<<<grid_for((size_t)t_out * c_in * 3), 256, 0, S()>>>(x, t_in, c_in, stride, t_out, cols);
+    im2col_k3_k<<<grid_for((size_t)t_out * c_in * 3), 256, 0, stream>>>(x, t_in, c_in, stride, t_out, cols);
     return launched(err, "im2col_k3");
 }
 
@@ -317,9 +320,9 @@ __global__ void kv_append_k(const float *__restrict__ k, const float *__restrict
 }
 
 extern "C" int sotto_cuda_kv_append(const float *k, const float *v, int n, int d, const sotto_cuda_row *rows, int layer,
-                                    sotto_err *err) {
+                                    sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0) return SOTTO_OK;
-    kv_append_k<<<n, 128, 0, S()>>>(k, v, d, rows, layer);
+    kv_append_k<<<n, 128, 0, stream>>>(k, v, d, rows, layer);
     return launched(err, "kv_append");
 }
 
@@ -350,7 +353,7 @@ __global__ void attention_meta_k(const float *__restrict__ q, float *__restrict_
 }
 
 static int attention_meta(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows, int layer,
-                          int cross, int max_kv, float scale, sotto_err *err) {
+                          int cross, int max_kv, float scale, cudaStream_t stream, sotto_err *err) {
     if (n <= 0 || n_head <= 0) return SOTTO_OK;
     if (max_kv <= 0 || dh <= 0 || dh > 256)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: %d keys, dh %d (1..256)", max_kv, dh);
@@ -360,18 +363,18 @@ static int attention_meta(const float *q, float *out, int n, int n_head, int dh,
     int rc;
     if (dh % 4 == 0) {
         if ((rc = att_smem_optin(attention_meta_k<true>, smem, err))) return rc;
-        attention_meta_k<true><<<grid, nt, smem, S()>>>(q, out, d, dh, rows, layer, cross, max_kv, scale);
+        attention_meta_k<true><<<grid, nt, smem, stream>>>(q, out, d, dh, rows, layer, cross, max_kv, scale);
     } else {
         if ((rc = att_smem_optin(attention_meta_k<false>, smem, err))) return rc;
-        attention_meta_k<false><<<grid, nt, smem, S()>>>(q, out, d, dh, rows, layer, cross, max_kv, scale);
+        attention_meta_k<false><<<grid, nt, smem, stream>>>(q, out, d, dh, rows, layer, cross, max_kv, scale);
     }
     return launched(err, cross ? "attention_cross" : "attention_self");
 }
 
 extern "C" int sotto_cuda_attention_self(const float *q, float *out, int n, int n_head, int dh,
                                          const sotto_cuda_row *rows, int layer, int max_kv, float scale,
-                                         sotto_err *err) {
-    return attention_meta(q, out, n, n_head, dh, rows, layer, 0, max_kv, scale, err);
+                                         sotto_cuda_stream stream, sotto_err *err) {
+    return attention_meta(q, out, n, n_head, dh, rows, layer, 0, max_kv, scale, stream, err);
 }
 
 // ---- cross-attention split over key blocks ("flash decoding") ----------
@@ -436,25 +439,25 @@ __global__ void attention_cross_combine_k(const float *__restrict__ part, int S,
 
 extern "C" int sotto_cuda_attention_cross(const float *q, float *out, int n, int n_head, int dh,
                                           const sotto_cuda_row *rows, int layer, int n_kv, float scale,
-                                          float *scratch, sotto_err *err) {
+                                          float *scratch, sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0 || n_head <= 0) return SOTTO_OK;
     if (n_kv <= 0 || dh <= 0 || dh > 256)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: %d keys, dh %d (1..256)", n_kv, dh);
     const int S = scratch ? cross_splits(n, n_head, n_kv) : 1;
-    if (S == 1) return attention_meta(q, out, n, n_head, dh, rows, layer, 1, n_kv, scale, err);
+    if (S == 1) return attention_meta(q, out, n, n_head, dh, rows, layer, 1, n_kv, scale, stream, err);
     const int chunk = (n_kv + S - 1) / S, nt = att_threads(chunk, dh), d = n_head * dh;
     const size_t smem = att_smem(chunk, dh, nt);
     const dim3 grid((unsigned)n_head, (unsigned)n, (unsigned)S);
     int rc;
     if (dh % 4 == 0) {
         if ((rc = att_smem_optin(attention_cross_part_k<true>, smem, err))) return rc;
-        attention_cross_part_k<true><<<grid, nt, smem, S()>>>(q, d, dh, rows, layer, n_kv, chunk, scale, scratch);
+        attention_cross_part_k<true><<<grid, nt, smem, stream>>>(q, d, dh, rows, layer, n_kv, chunk, scale, scratch);
     } else {
         if ((rc = att_smem_optin(attention_cross_part_k<false>, smem, err))) return rc;
-        attention_cross_part_k<false><<<grid, nt, smem, S()>>>(q, d, dh, rows, layer, n_kv, chunk, scale, scratch);
+        attention_cross_part_k<false><<<grid, nt, smem, stream>>>(q, d, dh, rows, layer, n_kv, chunk, scale, scratch);
     }
     if ((rc = launched(err, "attention_cross (chunks)"))) return rc;
-    attention_cross_combine_k<<<dim3((unsigned)n_head, (unsigned)n), dh < 32 ? 32 : (dh + 31) / 32 * 32, 0, S()>>>(
+    attention_cross_combine_k<<<dim3((unsigned)n_head, (unsigned)n), dh < 32 ? 32 : (dh + 31) / 32 * 32, 0, stream>>>(
         scratch, S, dh, d, out);
     return launched(err, "attention_cross (combine)");
 }

@@ -22,7 +22,7 @@
 static float *dev_random(size_t n, sotto_err *err) {
     float *h = malloc(sizeof(float) * n), *d = sotto_cuda_malloc(sizeof(float) * n, err);
     for (size_t i = 0; i < n; i++) h[i] = bench_frand();
-    if (d && sotto_cuda_copy(d, h, sizeof(float) * n, 1, err)) d = NULL;
+    if (d && sotto_cuda_copy(d, h, sizeof(float) * n, 1, NULL, err)) d = NULL;
     free(h);
     return d;
 }
@@ -56,13 +56,13 @@ int main(void) {
         const int rows[2] = {1, 16};
         for (int r = 0; r < 2; r++) {
             for (int i = 0; i < 20; i++)
-                sotto_cuda_attention_rows(q, d, k, v, d, o, d, rows[r], n_kv, C[c].heads, C[c].dh, scale, &err);
-            sotto_cuda_sync(&err);
+                sotto_cuda_attention_rows(q, d, k, v, d, o, d, rows[r], n_kv, C[c].heads, C[c].dh, scale, NULL, &err);
+            sotto_cuda_sync(NULL, &err);
             double t0 = bench_now();
             for (int i = 0; i < 200; i++)
-                if (sotto_cuda_attention_rows(q, d, k, v, d, o, d, rows[r], n_kv, C[c].heads, C[c].dh, scale, &err))
+                if (sotto_cuda_attention_rows(q, d, k, v, d, o, d, rows[r], n_kv, C[c].heads, C[c].dh, scale, NULL, &err))
                     break;
-            if (err.code || sotto_cuda_sync(&err)) {
+            if (err.code || sotto_cuda_sync(NULL, &err)) {
                 fprintf(stderr, "bench_cuda_attention: %s\n", err.msg);
                 return 1;
             }
@@ -96,19 +96,19 @@ int main(void) {
                 rows[i] = (sotto_cuda_row){.cross_k = kv + (size_t)i * 2 * n_kv * d,
                                            .cross_v = kv + (size_t)i * 2 * n_kv * d + (size_t)n_kv * d,
                                            .cross_layer_stride = (long long)n_kv * d};
-            sotto_cuda_copy(drows, rows, sizeof *rows * (size_t)n, 1, &err);
+            sotto_cuda_copy(drows, rows, sizeof *rows * (size_t)n, 1, NULL, &err);
             const float scale = 1.0f / sqrtf((float)M[c].dh);
             double us[2];
             for (int split = 0; split < 2; split++) {
                 float *scratch = split ? xpart : NULL;
                 for (int i = 0; i < 20; i++)
-                    sotto_cuda_attention_cross(q, o, n, M[c].heads, M[c].dh, drows, 0, n_kv, scale, scratch, &err);
-                sotto_cuda_sync(&err);
+                    sotto_cuda_attention_cross(q, o, n, M[c].heads, M[c].dh, drows, 0, n_kv, scale, scratch, NULL, &err);
+                sotto_cuda_sync(NULL, &err);
                 double t0 = bench_now();
                 for (int i = 0; i < 200; i++)
-                    if (sotto_cuda_attention_cross(q, o, n, M[c].heads, M[c].dh, drows, 0, n_kv, scale, scratch, &err))
+                    if (sotto_cuda_attention_cross(q, o, n, M[c].heads, M[c].dh, drows, 0, n_kv, scale, scratch, NULL, &err))
                         break;
-                if (err.code || sotto_cuda_sync(&err)) {
+                if (err.code || sotto_cuda_sync(NULL, &err)) {
                     fprintf(stderr, "bench_cuda_attention: %s\n", err.msg);
                     return 1;
                 }

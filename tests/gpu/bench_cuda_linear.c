@@ -22,11 +22,11 @@
 static double time_us(sotto_cuda_wmat *d, const float *dx, float *dy, int n) {
     sotto_err err = {0};
     int iters = 200;
-    for (int i = 0; i < 20; i++) sotto_cuda_linear_async(d, NULL, dx, n, dy, &err);
-    sotto_cuda_sync(&err);
+    for (int i = 0; i < 20; i++) sotto_cuda_linear_async(d, NULL, dx, n, dy, NULL, &err);
+    sotto_cuda_sync(NULL, &err);
     double t0 = bench_now();
-    for (int i = 0; i < iters; i++) sotto_cuda_linear_async(d, NULL, dx, n, dy, &err);
-    if (sotto_cuda_sync(&err)) {
+    for (int i = 0; i < iters; i++) sotto_cuda_linear_async(d, NULL, dx, n, dy, NULL, &err);
+    if (sotto_cuda_sync(NULL, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return NAN;
     }
@@ -61,7 +61,7 @@ int main(void) {
         for (size_t i = 0; i < 16 * (size_t)cols; i++) x[i] = bench_frand();
         float *dx = sotto_cuda_malloc(sizeof(float) * 16 * (size_t)cols, &err);
         float *dy = sotto_cuda_malloc(sizeof(float) * 16 * (size_t)rows, &err);
-        sotto_cuda_copy(dx, x, sizeof(float) * 16 * (size_t)cols, 1, &err);
+        sotto_cuda_copy(dx, x, sizeof(float) * 16 * (size_t)cols, 1, NULL, &err);
         double base1 = 0, base16 = 0;
         for (size_t f = 0; f < sizeof F / sizeof F[0]; f++) {
             sotto_wmat w = {F[f], rows, cols, NULL, NULL, NULL, 1.0f};

@@ -81,16 +81,16 @@ static void run_case(sotto_wfmt fmt, int dq, int rows, int cols, int n, int with
     float *dy = sotto_cuda_malloc(sizeof(float) * (size_t)n * rows, &err);
     float *db = sotto_cuda_malloc(sizeof(float) * rows, &err);
     if (d && dx && dy && db) {
-        CHECK(sotto_cuda_copy(dx, x, sizeof(float) * (size_t)n * cols, 1, &err) == 0);
-        CHECK(sotto_cuda_copy(db, bias, sizeof(float) * rows, 1, &err) == 0);
-        CHECK_MSG(sotto_cuda_linear(d, with_bias ? db : NULL, dx, n, dy, &err) == 0, "%s", err.msg);
-        CHECK(sotto_cuda_copy(y_gpu, dy, sizeof(float) * (size_t)n * rows, 0, &err) == 0);
+        CHECK(sotto_cuda_copy(dx, x, sizeof(float) * (size_t)n * cols, 1, NULL, &err) == 0);
+        CHECK(sotto_cuda_copy(db, bias, sizeof(float) * rows, 1, NULL, &err) == 0);
+        CHECK_MSG(sotto_cuda_linear(d, with_bias ? db : NULL, dx, n, dy, NULL, &err) == 0, "%s", err.msg);
+        CHECK(sotto_cuda_copy(y_gpu, dy, sizeof(float) * (size_t)n * rows, 0, NULL, &err) == 0);
         /* the accumulating form adds the same result to what y holds: run it
          * over y_gpu and expect twice (within rounding of one add) */
-        CHECK_MSG(sotto_cuda_linear_acc_async(d, with_bias ? db : NULL, dx, n, dy, &err) == 0, "%s", err.msg);
-        CHECK(sotto_cuda_sync(&err) == 0);
+        CHECK_MSG(sotto_cuda_linear_acc_async(d, with_bias ? db : NULL, dx, n, dy, NULL, &err) == 0, "%s", err.msg);
+        CHECK(sotto_cuda_sync(NULL, &err) == 0);
         float *y2 = malloc(sizeof(float) * (size_t)n * rows);
-        CHECK(sotto_cuda_copy(y2, dy, sizeof(float) * (size_t)n * rows, 0, &err) == 0);
+        CHECK(sotto_cuda_copy(y2, dy, sizeof(float) * (size_t)n * rows, 0, NULL, &err) == 0);
         double worst_acc = 0;
         for (size_t i = 0; i < (size_t)n * rows; i++)
             worst_acc = fmax(worst_acc, fabs((double)y2[i] - 2.0 * y_gpu[i]) / mag[i]);
@@ -131,9 +131,9 @@ static void run_dequant(sotto_wfmt fmt, int dq, int rows, int cols) {
     float *dd = sotto_cuda_malloc(sizeof(float) * nw, &err);
     CHECK_MSG(d && dd, "%s", err.msg);
     if (d && dd) {
-        CHECK_MSG(sotto_cuda_wmat_dequant(d, dd, &err) == 0, "%s", err.msg);
-        CHECK(sotto_cuda_sync(&err) == 0);
-        CHECK(sotto_cuda_copy(gpu, dd, sizeof(float) * nw, 0, &err) == 0);
+        CHECK_MSG(sotto_cuda_wmat_dequant(d, dd, NULL, &err) == 0, "%s", err.msg);
+        CHECK(sotto_cuda_sync(NULL, &err) == 0);
+        CHECK(sotto_cuda_copy(gpu, dd, sizeof(float) * nw, 0, NULL, &err) == 0);
         double worst = 0;
         for (size_t i = 0; i < nw; i++) {
             double e = fabs((double)gpu[i] - cpu[i]) / (fabs(cpu[i]) + 1e-30);
@@ -168,8 +168,8 @@ static void run_bf16(sotto_wfmt fmt, int dq, int rows, int cols) {
     uint16_t *dd = sotto_cuda_malloc(2 * nw, &err);
     size_t bad = 0;
     if (d && dd) {
-        CHECK_MSG(sotto_cuda_wmat_dequant_bf16(d, dd, &err) == 0, "%s", err.msg);
-        CHECK(sotto_cuda_sync(&err) == 0 && sotto_cuda_copy(got, dd, 2 * nw, 0, &err) == 0);
+        CHECK_MSG(sotto_cuda_wmat_dequant_bf16(d, dd, NULL, &err) == 0, "%s", err.msg);
+        CHECK(sotto_cuda_sync(NULL, &err) == 0 && sotto_cuda_copy(got, dd, 2 * nw, 0, NULL, &err) == 0);
         for (size_t i = 0; i < nw; i++) bad += got[i] != want[i];
     }
     CHECK_MSG(d && dd && bad == 0, "dequant_bf16 %s %dx%d: %zu values differ", sotto_wfmt_name(fmt), rows, cols, bad);
@@ -194,9 +194,9 @@ static void run_to_bf16(void) {
     uint16_t *dy = sotto_cuda_malloc(2 * n, &err);
     size_t bad = 0;
     if (dx && dy) {
-        CHECK(sotto_cuda_copy(dx, x, sizeof(float) * n, 1, &err) == 0);
-        CHECK_MSG(sotto_cuda_f32_to_bf16(dx, dy, n, &err) == 0, "%s", err.msg);
-        CHECK(sotto_cuda_sync(&err) == 0 && sotto_cuda_copy(got, dy, 2 * n, 0, &err) == 0);
+        CHECK(sotto_cuda_copy(dx, x, sizeof(float) * n, 1, NULL, &err) == 0);
+        CHECK_MSG(sotto_cuda_f32_to_bf16(dx, dy, n, NULL, &err) == 0, "%s", err.msg);
+        CHECK(sotto_cuda_sync(NULL, &err) == 0 && sotto_cuda_copy(got, dy, 2 * n, 0, NULL, &err) == 0);
         for (size_t i = 0; i < n; i++) bad += got[i] != sotto_f32_to_bf16(x[i]);
     }
     CHECK_MSG(dx && dy && bad == 0, "f32_to_bf16: %zu values differ", bad);

@@ -24,14 +24,14 @@ static float frand(void) {
 static float *to_dev(const float *h, size_t n) {
     sotto_err err = {0};
     float *d = sotto_cuda_malloc(sizeof(float) * (n ? n : 1), &err);
-    if (d && n) sotto_cuda_copy(d, h, sizeof(float) * n, 1, &err);
+    if (d && n) sotto_cuda_copy(d, h, sizeof(float) * n, 1, NULL, &err);
     return d;
 }
 
 static void from_dev(float *h, const float *d, size_t n) {
     sotto_err err = {0};
-    CHECK_MSG(sotto_cuda_sync(&err) == 0, "%s", err.msg);
-    CHECK(sotto_cuda_copy(h, d, sizeof(float) * n, 0, &err) == 0);
+    CHECK_MSG(sotto_cuda_sync(NULL, &err) == 0, "%s", err.msg);
+    CHECK(sotto_cuda_copy(h, d, sizeof(float) * n, 0, NULL, &err) == 0);
 }
 
 static double max_abs_diff(const float *a, const double *b, size_t n) {
@@ -60,13 +60,13 @@ static void test_layer_norm(int n, int d) {
     }
     float *dx = to_dev(x, t), *dg = to_dev(g, d), *db = to_dev(b, d), *dy = to_dev(y, t);
     sotto_err err = {0};
-    CHECK_MSG(sotto_cuda_layer_norm(dx, dy, n, d, dg, db, 1e-5f, &err) == 0, "%s", err.msg);
+    CHECK_MSG(sotto_cuda_layer_norm(dx, dy, n, d, dg, db, 1e-5f, NULL, &err) == 0, "%s", err.msg);
     from_dev(y, dy, t);
     double e = max_abs_diff(y, ref, t);
     CHECK_MSG(e < 2e-5, "layer_norm %dx%d: max abs error %.3g", n, d, e);
     printf("  layer_norm   %5d x %-5d max abs err %.2e\n", n, d, e);
     /* in place (y == x), as the CPU allows */
-    CHECK(sotto_cuda_layer_norm(dx, dx, n, d, dg, db, 1e-5f, &err) == 0);
+    CHECK(sotto_cuda_layer_norm(dx, dx, n, d, dg, db, 1e-5f, NULL, &err) == 0);
     from_dev(y, dx, t);
     CHECK_MSG(max_abs_diff(y, ref, t) < 2e-5, "layer_norm in place %dx%d", n, d);
     sotto_cuda_free(dx), sotto_cuda_free(dg), sotto_cuda_free(db), sotto_cuda_free(dy);
@@ -80,7 +80,7 @@ static void test_gelu(size_t n) {
     for (size_t i = 0; i < n; i++) ref[i] = 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
     float *dx = to_dev(x, n);
     sotto_err err = {0};
-    CHECK_MSG(sotto_cuda_gelu(dx, n, &err) == 0, "%s", err.msg);
+    CHECK_MSG(sotto_cuda_gelu(dx, n, NULL, &err) == 0, "%s", err.msg);
     from_dev(x, dx, n);
     double e = max_abs_diff(x, ref, n);
     CHECK_MSG(e < 4e-6, "gelu n=%zu: max abs error %.3g (inputs up to 8)", n, e);
@@ -106,7 +106,7 @@ static void test_softmax(int n, int d) {
     }
     float *dx = to_dev(x, t);
     sotto_err err = {0};
-    CHECK_MSG(sotto_cuda_softmax_rows(dx, n, d, &err) == 0, "%s", err.msg);
+    CHECK_MSG(sotto_cuda_softmax_rows(dx, n, d, NULL, &err) == 0, "%s", err.msg);
     from_dev(x, dx, t);
     double e = max_abs_diff(x, ref, t);
     CHECK_MSG(e < 1e-6, "softmax %dx%d: max abs error %.3g", n, d, e);
@@ -123,7 +123,7 @@ static void test_bias(int n, int d) {
     for (size_t i = 0; i < t; i++) ref[i] = (double)(x[i] + b[i % d]);
     float *dx = to_dev(x, t), *dbias = to_dev(b, d);
     sotto_err err = {0};
-    CHECK_MSG(sotto_cuda_add_bias_rows(dx, dbias, n, d, &err) == 0, "%s", err.msg);
+    CHECK_MSG(sotto_cuda_add_bias_rows(dx, dbias, n, d, NULL, &err) == 0, "%s", err.msg);
     from_dev(x, dx, t);
     CHECK_MSG(max_abs_diff(x, ref, t) == 0, "add_bias_rows %dx%d differs", n, d);
     sotto_cuda_free(dx), sotto_cuda_free(dbias), free(x), free(b), free(ref);
@@ -164,11 +164,11 @@ static void test_attention_q(int nr, int n_kv, int n_head, int dh, int q_pos0) {
     float *dq = to_dev(q, nq), *dk = to_dev(k, nk), *dv = to_dev(v, nk), *dout = to_dev(o, no);
     sotto_err err = {0};
     if (q_pos0 < 0)
-        CHECK_MSG(sotto_cuda_attention_rows(dq, qs, dk, dv, kvs, dout, os, nr, n_kv, n_head, dh, (float)scale, &err) == 0,
+        CHECK_MSG(sotto_cuda_attention_rows(dq, qs, dk, dv, kvs, dout, os, nr, n_kv, n_head, dh, (float)scale, NULL, &err) == 0,
                   "%s", err.msg);
     else
         CHECK_MSG(sotto_cuda_attention_causal(dq, qs, dk, dv, kvs, dout, os, nr, n_kv, n_head, dh, (float)scale, q_pos0,
-                                              &err) == 0,
+                                              NULL, &err) == 0,
                   "%s", err.msg);
     from_dev(o, dout, no);
     double e = max_abs_diff(o, ref, no);
@@ -188,7 +188,7 @@ static void test_add(size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = frand(), x[i] = frand(), ref[i] = (double)y[i] + x[i];
     float *dy = to_dev(y, n), *dx = to_dev(x, n);
     sotto_err err = {0};
-    CHECK_MSG(sotto_cuda_add(dy, dx, n, &err) == 0, "%s", err.msg);
+    CHECK_MSG(sotto_cuda_add(dy, dx, n, NULL, &err) == 0, "%s", err.msg);
     from_dev(y, dy, n);
     double e = max_abs_diff(y, ref, n);
     CHECK_MSG(e < 1e-6, "add n=%zu: max abs error %.3g", n, e);
@@ -213,7 +213,7 @@ static void test_im2col(int t_in, int c_in, int stride) {
             }
     float *dx = to_dev(x, nx), *dc = to_dev(cols, nc);
     sotto_err err = {0};
-    CHECK_MSG(sotto_cuda_im2col_k3(dx, t_in, c_in, stride, dc, &err) == 0, "%s", err.msg);
+    CHECK_MSG(sotto_cuda_im2col_k3(dx, t_in, c_in, stride, dc, NULL, &err) == 0, "%s", err.msg);
     from_dev(cols, dc, nc);
     double e = max_abs_diff(cols, ref, nc);
     CHECK_MSG(e == 0, "im2col t_in=%d c_in=%d stride=%d: max abs error %.3g", t_in, c_in, stride, e);
@@ -262,17 +262,17 @@ static void test_meta_step(int n, int n_head, int dh, int n_cross, int layer) {
     for (size_t i = 0; i < nq; i++) q[i] = frand(), k[i] = frand(), v[i] = frand();
     float *dq = to_dev(q, nq), *dk = to_dev(k, nq), *dv = to_dev(v, nq), *dout = to_dev(o, nq), *dout2 = to_dev(o, nq);
     sotto_cuda_row *drows = (sotto_cuda_row *)sotto_cuda_malloc(sizeof *rows * (size_t)n, &err);
-    CHECK(drows && sotto_cuda_copy(drows, rows, sizeof *rows * (size_t)n, 1, &err) == 0);
+    CHECK(drows && sotto_cuda_copy(drows, rows, sizeof *rows * (size_t)n, 1, NULL, &err) == 0);
     const float scale = 1.0f / sqrtf((float)dh);
-    CHECK_MSG(sotto_cuda_kv_append(dk, dv, n, d, drows, layer, &err) == 0, "%s", err.msg);
-    CHECK_MSG(sotto_cuda_attention_self(dq, dout, n, n_head, dh, drows, layer, C, scale, &err) == 0, "%s", err.msg);
-    CHECK_MSG(sotto_cuda_attention_cross(dq, dout2, n, n_head, dh, drows, layer, n_cross, scale, NULL, &err) == 0,
+    CHECK_MSG(sotto_cuda_kv_append(dk, dv, n, d, drows, layer, NULL, &err) == 0, "%s", err.msg);
+    CHECK_MSG(sotto_cuda_attention_self(dq, dout, n, n_head, dh, drows, layer, C, scale, NULL, &err) == 0, "%s", err.msg);
+    CHECK_MSG(sotto_cuda_attention_cross(dq, dout2, n, n_head, dh, drows, layer, n_cross, scale, NULL, NULL, &err) == 0,
               "%s", err.msg);
     /* the same cross-attention split over key chunks, through the scratch */
     float *o3 = malloc(sizeof(float) * nq), *dout3 = to_dev(o, nq);
     float *xpart = sotto_cuda_malloc(sizeof(float) * sotto_cuda_attention_cross_scratch(n, n_head, dh), &err);
     CHECK_MSG(xpart && sotto_cuda_attention_cross(dq, dout3, n, n_head, dh, drows, layer, n_cross, scale, xpart,
-                                                  &err) == 0,
+                                                  NULL, &err) == 0,
               "%s", err.msg);
     from_dev(o, dout, nq);
     from_dev(o2, dout2, nq);
@@ -313,9 +313,9 @@ static void test_meta_step(int n, int n_head, int dh, int n_cross, int layer) {
         const sotto_cuda_row *r = &rows[i];
         size_t off = (size_t)layer * r->self_layer_stride + (size_t)r->pos * d;
         float *back = malloc(sizeof(float) * d);
-        CHECK(sotto_cuda_copy(back, r->self_k + off, sizeof(float) * d, 0, &err) == 0);
+        CHECK(sotto_cuda_copy(back, r->self_k + off, sizeof(float) * d, 0, NULL, &err) == 0);
         for (int c = 0; c < d; c++) e3 = fmax(e3, fabs(back[c] - k[(size_t)i * d + c]));
-        CHECK(sotto_cuda_copy(back, r->self_v + off, sizeof(float) * d, 0, &err) == 0);
+        CHECK(sotto_cuda_copy(back, r->self_v + off, sizeof(float) * d, 0, NULL, &err) == 0);
         for (int c = 0; c < d; c++) e3 = fmax(e3, fabs(back[c] - v[(size_t)i * d + c]));
         free(back);
     }

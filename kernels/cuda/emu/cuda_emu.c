@@ -99,27 +99,44 @@ struct CUgraphExec_st {
     struct CUgraph_st g;
 };
 
-static __thread struct CUgraph_st *tl_capture; /* the graph this thread records into */
-static __thread void *tl_stream;
+/* A stream: work queued on it runs at once (the emulation is synchronous),
+   or is recorded into the graph while the stream is being captured. */
+struct CUstream_st {
+    struct CUgraph_st *capture;
+};
+
+/* The stream this thread is capturing (cudaStreamCaptureModeThreadLocal: while
+   it does, the thread may not wait, copy to or from host memory, or queue
+   work on another stream: the work would be missing from the graph). This
+   models CUDA's own per-thread capture rule; sotto passes its streams. */
+static __thread struct CUstream_st *tl_capturing;
 
 static void no_capture(const char *what) {
-    if (tl_capture) {
+    if (tl_capturing) {
         fprintf(stderr, "cuda_emu: %s during a stream capture\n", what);
         abort();
     }
 }
 
-/* Runs fn(args), or records it while this thread captures. */
-static int launch(emu_fn fn, const void *args, size_t size) {
+/* Runs fn(args) for work queued on `stream`, or records it while that stream
+   is captured. */
+static int launch(struct CUstream_st *stream, emu_fn fn, const void *args, size_t size) {
     if (size > sizeof(((emu_op *)0)->args)) {
         fprintf(stderr, "cuda_emu: %zu bytes of kernel arguments\n", size);
         abort();
     }
-    if (!tl_capture) {
+    if (tl_capturing && stream != tl_capturing) {
+        fprintf(stderr,
+                "cuda_emu: work queued on stream %p while this thread captures stream %p: it would be missing "
+                "from the graph\n",
+                (void *)stream, (void *)tl_capturing);
+        abort();
+    }
+    if (!stream || !stream->capture) {
         fn(args);
         return SOTTO_OK;
     }
-    struct CUgraph_st *g = tl_capture;
+    struct CUgraph_st *g = stream->capture;
     if (g->n == g->cap) {
         size_t nc = g->cap ? 2 * g->cap : 64;
         emu_op *o = realloc(g->ops, nc * sizeof *o);
@@ -132,10 +149,7 @@ static int launch(emu_fn fn, const void *args, size_t size) {
     return SOTTO_OK;
 }
 
-#define LAUNCH(fn, a) launch(fn, &(a), sizeof(a))
-
-void sotto_cuda_set_stream(void *stream) { tl_stream = stream; }
-void *sotto_cuda_get_stream(void) { return tl_stream; }
+#define LAUNCH(stream, fn, a) launch(stream, fn, &(a), sizeof(a))
 
 /* SOTTO_EMU_VRAM_MB: the emulated device's memory (default: unlimited), to
  * test how running out of GPU memory is reported. */
@@ -193,7 +207,9 @@ void sotto_cuda_free(void *p) {
     free(p);
 }
 
-int sotto_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, sotto_err *err) {
+int sotto_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, sotto_cuda_stream stream,
+                    sotto_err *err) {
+    (void)stream; /* queued and waited for: done now */
     no_capture("a synchronous copy");
     if (to_device) dev(dst, bytes, "copy to device (dst)"), host(src, bytes, "copy to device (src)");
     else dev(src, bytes, "copy to host (src)"), host(dst, bytes, "copy to host (dst)");
@@ -207,7 +223,8 @@ int sotto_cuda_available(char *name, size_t name_sz, char *why, size_t why_sz) {
     return 1;
 }
 
-int sotto_cuda_sync(sotto_err *err) {
+int sotto_cuda_sync(sotto_cuda_stream stream, sotto_err *err) {
+    (void)stream;
     no_capture("sotto_cuda_sync");
     return SOTTO_OK;
 }
@@ -229,7 +246,6 @@ static void run_copy(const void *p) {
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
-    (void)stream;
     switch (kind) {
     case cudaMemcpyDeviceToDevice:
         dev(dst, bytes, "device copy (dst)"), dev(src, bytes, "device copy (src)");
@@ -245,15 +261,16 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     default: return cudaErrorInvalidValue;
     }
     copy_args a = {dst, src, bytes};
-    return LAUNCH(run_copy, a) ? cudaErrorMemoryAllocation : cudaSuccess;
+    return LAUNCH(stream, run_copy, a) ? cudaErrorMemoryAllocation : cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
-    *stream = malloc(1); /* a distinct non-NULL handle */
+    *stream = calloc(1, sizeof **stream);
     return *stream ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    if (stream && stream->capture) return cudaErrorInvalidValue; /* still capturing */
     free(stream);
     return cudaSuccess;
 }
@@ -264,15 +281,18 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
-    if (tl_capture || !stream) return cudaErrorInvalidValue; /* the legacy stream cannot capture */
-    tl_capture = calloc(1, sizeof *tl_capture);
-    return tl_capture ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (tl_capturing || !stream) return cudaErrorInvalidValue; /* the legacy stream cannot capture */
+    stream->capture = calloc(1, sizeof *stream->capture);
+    if (!stream->capture) return cudaErrorMemoryAllocation;
+    tl_capturing = stream;
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
-    if (!tl_capture) return cudaErrorInvalidValue;
-    *graph = tl_capture;
-    tl_capture = NULL;
+    if (!stream || stream != tl_capturing) return cudaErrorInvalidValue; /* not capturing, or another thread's */
+    *graph = stream->capture;
+    stream->capture = NULL;
+    tl_capturing = NULL;
     return cudaSuccess;
 }
 
@@ -533,9 +553,9 @@ static void run_dequant(const void *p) {
     sotto_wmat_dequantize_rows(&a->w->w, 0, a->w->w.rows, a->dst);
 }
 
-int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_err *err) {
+int sotto_cuda_wmat_dequant(const sotto_cuda_wmat *w, float *dst, sotto_cuda_stream stream, sotto_err *err) {
     dequant_args a = {w, dst};
-    return LAUNCH(run_dequant, a);
+    return LAUNCH(stream, run_dequant, a);
 }
 
 typedef struct bf16_args {
@@ -558,9 +578,9 @@ static void run_dequant_bf16(const void *p) {
     free(row);
 }
 
-int sotto_cuda_wmat_dequant_bf16(const sotto_cuda_wmat *w, uint16_t *dst, sotto_err *err) {
+int sotto_cuda_wmat_dequant_bf16(const sotto_cuda_wmat *w, uint16_t *dst, sotto_cuda_stream stream, sotto_err *err) {
     bf16_args a = {w, NULL, dst, 0};
-    return LAUNCH(run_dequant_bf16, a);
+    return LAUNCH(stream, run_dequant_bf16, a);
 }
 
 const uint16_t *sotto_cuda_wmat_bf16(const sotto_cuda_wmat *w) {
@@ -574,10 +594,10 @@ static void run_to_bf16(const void *p) {
     for (size_t i = 0; i < a->n; i++) a->dst[i] = sotto_f32_to_bf16(a->x[i]);
 }
 
-int sotto_cuda_f32_to_bf16(const float *x, uint16_t *y, size_t n, sotto_err *err) {
+int sotto_cuda_f32_to_bf16(const float *x, uint16_t *y, size_t n, sotto_cuda_stream stream, sotto_err *err) {
     if (!n) return SOTTO_OK;
     bf16_args a = {NULL, x, y, n};
-    return LAUNCH(run_to_bf16, a);
+    return LAUNCH(stream, run_to_bf16, a);
 }
 
 typedef struct linear_args {
@@ -598,23 +618,23 @@ static void run_linear(const void *p) {
 }
 
 int sotto_cuda_linear_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
-                            sotto_err *err) {
+                            sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0) return SOTTO_OK;
     linear_args a = {w, bias, x, n, 0, y};
-    return LAUNCH(run_linear, a);
+    return LAUNCH(stream, run_linear, a);
 }
 
 int sotto_cuda_linear_acc_async(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
-                                sotto_err *err) {
+                                sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0) return SOTTO_OK;
     linear_args a = {w, bias, x, n, 1, y};
-    return LAUNCH(run_linear, a);
+    return LAUNCH(stream, run_linear, a);
 }
 
 int sotto_cuda_linear(const sotto_cuda_wmat *w, const float *bias, const float *x, int n, float *y,
-                      sotto_err *err) {
+                      sotto_cuda_stream stream, sotto_err *err) {
     no_capture("sotto_cuda_linear (it waits)");
-    return sotto_cuda_linear_async(w, bias, x, n, y, err);
+    return sotto_cuda_linear_async(w, bias, x, n, y, stream, err);
 }
 
 /* ---- cuda_ops.h ------------------------------------------------------ */
@@ -636,10 +656,10 @@ static void run_ln(const void *p) {
 }
 
 int sotto_cuda_layer_norm(const float *x, float *y, int n, int d, const float *gamma, const float *beta,
-                          float eps, sotto_err *err) {
+                          float eps, sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0 || d <= 0) return SOTTO_OK;
     ln_args a = {x, gamma, beta, y, n, d, eps};
-    return LAUNCH(run_ln, a);
+    return LAUNCH(stream, run_ln, a);
 }
 
 typedef struct vec_args {
@@ -655,10 +675,10 @@ static void run_gelu(const void *p) {
     sotto_gelu(a->y, a->n);
 }
 
-int sotto_cuda_gelu(float *x, size_t n, sotto_err *err) {
+int sotto_cuda_gelu(float *x, size_t n, sotto_cuda_stream stream, sotto_err *err) {
     if (!n) return SOTTO_OK;
     vec_args a = {x, NULL, n, 0, 0};
-    return LAUNCH(run_gelu, a);
+    return LAUNCH(stream, run_gelu, a);
 }
 
 static void run_softmax(const void *p) {
@@ -667,10 +687,10 @@ static void run_softmax(const void *p) {
     sotto_softmax_rows(a->y, a->rows, a->d);
 }
 
-int sotto_cuda_softmax_rows(float *x, int n, int d, sotto_err *err) {
+int sotto_cuda_softmax_rows(float *x, int n, int d, sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0 || d <= 0) return SOTTO_OK;
     vec_args a = {x, NULL, 0, n, d};
-    return LAUNCH(run_softmax, a);
+    return LAUNCH(stream, run_softmax, a);
 }
 
 static void run_bias(const void *p) {
@@ -680,10 +700,10 @@ static void run_bias(const void *p) {
     sotto_add_bias_rows(a->y, a->x, a->rows, a->d);
 }
 
-int sotto_cuda_add_bias_rows(float *x, const float *b, int n, int d, sotto_err *err) {
+int sotto_cuda_add_bias_rows(float *x, const float *b, int n, int d, sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0 || d <= 0) return SOTTO_OK;
     vec_args a = {x, b, 0, n, d};
-    return LAUNCH(run_bias, a);
+    return LAUNCH(stream, run_bias, a);
 }
 
 static void run_add(const void *p) {
@@ -693,10 +713,10 @@ static void run_add(const void *p) {
     for (size_t i = 0; i < a->n; i++) a->y[i] += a->x[i];
 }
 
-int sotto_cuda_add(float *y, const float *x, size_t n, sotto_err *err) {
+int sotto_cuda_add(float *y, const float *x, size_t n, sotto_cuda_stream stream, sotto_err *err) {
     if (!n) return SOTTO_OK;
     vec_args a = {y, x, n, 0, 0};
-    return LAUNCH(run_add, a);
+    return LAUNCH(stream, run_add, a);
 }
 
 typedef struct im2col_args {
@@ -719,11 +739,12 @@ static void run_im2col(const void *p) {
             }
 }
 
-int sotto_cuda_im2col_k3(const float *x, int t_in, int c_in, int stride, float *cols, sotto_err *err) {
+int sotto_cuda_im2col_k3(const float *x, int t_in, int c_in, int stride, float *cols, sotto_cuda_stream stream,
+                         sotto_err *err) {
     if (t_in <= 0 || c_in <= 0 || stride <= 0)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda im2col: t_in %d, c_in %d, stride %d", t_in, c_in, stride);
     im2col_args a = {x, cols, t_in, c_in, stride};
-    return LAUNCH(run_im2col, a);
+    return LAUNCH(stream, run_im2col, a);
 }
 
 typedef struct attn_args {
@@ -757,24 +778,24 @@ static void run_attention(const void *p) {
 
 int sotto_cuda_attention_rows(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
                               float *out, int out_stride, int nr, int n_kv, int n_head, int dh, float scale,
-                              sotto_err *err) {
+                              sotto_cuda_stream stream, sotto_err *err) {
     if (nr <= 0 || n_head <= 0) return SOTTO_OK;
     if (n_kv <= 0 || dh <= 0 || dh > 256)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: n_kv %d, dh %d (1..256)", n_kv, dh);
     attn_args a = {q, k, v, out, q_stride, kv_stride, out_stride, nr, n_kv, n_head, dh, -1, scale};
-    return LAUNCH(run_attention, a);
+    return LAUNCH(stream, run_attention, a);
 }
 
 int sotto_cuda_attention_causal(const float *q, int q_stride, const float *k, const float *v, int kv_stride,
                                 float *out, int out_stride, int nr, int n_kv, int n_head, int dh, float scale,
-                                int q_pos0, sotto_err *err) {
+                                int q_pos0, sotto_cuda_stream stream, sotto_err *err) {
     if (q_pos0 < 0 || n_kv < q_pos0 + nr)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda causal attention: %d keys for rows at %d..%d", n_kv,
                              q_pos0, q_pos0 + nr - 1);
     if (nr <= 0 || n_head <= 0) return SOTTO_OK;
     if (dh <= 0 || dh > 256) return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: dh %d (1..256)", dh);
     attn_args a = {q, k, v, out, q_stride, kv_stride, out_stride, nr, n_kv, n_head, dh, q_pos0, scale};
-    return LAUNCH(run_attention, a);
+    return LAUNCH(stream, run_attention, a);
 }
 
 /* ---- decoder steps driven by row metadata ------------------------------ */
@@ -804,10 +825,10 @@ static void run_kv_append(const void *p) {
 }
 
 int sotto_cuda_kv_append(const float *k, const float *v, int n, int d, const sotto_cuda_row *rows, int layer,
-                         sotto_err *err) {
+                         sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0) return SOTTO_OK;
     meta_args a = {NULL, k, v, NULL, rows, n, d, 0, 0, layer, 0, 0, 0.f};
-    return LAUNCH(run_kv_append, a);
+    return LAUNCH(stream, run_kv_append, a);
 }
 
 static void run_attention_meta(const void *p) {
@@ -844,23 +865,24 @@ static void run_attention_meta(const void *p) {
 }
 
 static int attention_meta(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
-                          int layer, int cross, int max_kv, float scale, sotto_err *err) {
+                          int layer, int cross, int max_kv, float scale, sotto_cuda_stream stream, sotto_err *err) {
     if (n <= 0 || n_head <= 0) return SOTTO_OK;
     if (max_kv <= 0 || dh <= 0 || dh > 256)
         return sotto_err_set(err, SOTTO_E_INVALID, "cuda attention: %d keys, dh %d (1..256)", max_kv, dh);
     meta_args a = {q, NULL, NULL, out, rows, n, n_head * dh, n_head, dh, layer, cross, max_kv, scale};
-    return LAUNCH(run_attention_meta, a);
+    return LAUNCH(stream, run_attention_meta, a);
 }
 
 int sotto_cuda_attention_self(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
-                              int layer, int max_kv, float scale, sotto_err *err) {
-    return attention_meta(q, out, n, n_head, dh, rows, layer, 0, max_kv, scale, err);
+                              int layer, int max_kv, float scale, sotto_cuda_stream stream, sotto_err *err) {
+    return attention_meta(q, out, n, n_head, dh, rows, layer, 0, max_kv, scale, stream, err);
 }
 
 int sotto_cuda_attention_cross(const float *q, float *out, int n, int n_head, int dh, const sotto_cuda_row *rows,
-                               int layer, int n_kv, float scale, float *scratch, sotto_err *err) {
+                               int layer, int n_kv, float scale, float *scratch, sotto_cuda_stream stream,
+                               sotto_err *err) {
     /* the GPU writes per-chunk partials there: it must be device memory of the size the header gives */
     if (scratch && n > 0 && n_head > 0)
         dev(scratch, sizeof(float) * sotto_cuda_attention_cross_scratch(n, n_head, dh), "attention_cross scratch");
-    return attention_meta(q, out, n, n_head, dh, rows, layer, 1, n_kv, scale, err);
+    return attention_meta(q, out, n, n_head, dh, rows, layer, 1, n_kv, scale, stream, err);
 }
