@@ -426,7 +426,10 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
     double t_dec = srv_now();
     if (nc) srv_hist_add(&s->m.encode, (t_dec - t_enc) / nc);
     int brc = nj ? sotto_generate_greedy_batch(m, ws, jobs, nj, &wo.gen, &err) : SOTTO_OK;
-    if (nj) srv_hist_add(&s->m.decode, srv_now() - t_dec);
+    const double t_done = srv_now();
+    if (nj) srv_hist_add(&s->m.decode, t_done - t_dec);
+    int n_final = 0;
+    for (int i = 0; i < nj; i++) n_final += ctx[i].pass->final;
     for (int i = 0; i < nj; i++) {
         job_ctx *c = &ctx[i];
         srv_session *ss = c->ss;
@@ -440,6 +443,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         /* a final pass that fails the guardrails: Whisper's temperature fallback */
         sotto_window_result fb;
         int used_fallback = 0;
+        const double t_fb = srv_now();
         if (!failed && c->pass->final && v.failed) {
             atomic_fetch_add(&s->m.fallback_passes, 1);
             /* sampled attempts stop at the token bound (timestamps allowed for) */
@@ -467,6 +471,13 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
             }
         }
         engine_result(s, ss, !failed, brc ? err.msg : "the decoder failed");
+        /* where a pass's time went (the tail of final latency, docs/PERF.md) */
+        sotto_log(SOTTO_LOG_DEBUG, ss->id,
+                  "%s pass %llu: %.1f s audio, waited %.3f s, batch of %d (%d final), encode %.3f s, "
+                  "decode %.3f s, fallback %.3f s, %d tokens; %.3f s since due",
+                  c->pass->final ? "final" : "partial", (unsigned long long)c->pass->id, secs,
+                  t_enc - c->due_since, nj, n_final, t_dec - t_enc, t_done - t_dec,
+                  used_fallback ? srv_now() - t_fb : 0.0, r->n_tokens, srv_now() - c->due_since);
         pthread_mutex_lock(&ss->lock);
         if (failed) {
             sotto_dictation_abandon_pass(ss->dict, c->pass->id);
