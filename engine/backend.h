@@ -12,18 +12,19 @@
  *  - the model's copy on the backend is sotto_model.be_model, opaque,
  *    created by model_upload and freed by model_free (NULL on the CPU,
  *    whose layers read the host weights);
- *  - a state's K/V caches (cross_k/v, self_k/v in state.h) are allocated
- *    by state_alloc and freed by state_free: host arrays on the CPU, the
- *    backend's memory elsewhere, read only through the backend's own code
- *    and buf_copy; enc_out and seq_len are always host memory;
+ *  - a state's K/V caches (layouts in state.h) are the backend's, in
+ *    sotto_state.be_state, allocated by state_alloc and freed by
+ *    state_free: host arrays on the CPU (sotto_cpu_kv below), device
+ *    memory on a GPU, read and written only by that backend's code;
+ *    sotto_state itself holds only host memory (enc_out, seq_len);
  *  - per-thread scratch is sotto_workspace.be_scratch, created by the
  *    backend on first use and freed with the workspace (ws_free of the
  *    backend recorded in be_scratch_owner).
  *
  * Every operation returns SOTTO_OK or an error code with a message in err.
- * Work may be queued, on queues the backend keeps in the workspace (encode,
- * decode: finished before they return) or the state (buf_copy: sync waits);
- * nothing is kept per thread. */
+ * A backend may queue work (on queues it keeps in the workspace or the
+ * state, never per thread), but every operation has finished it when it
+ * returns. */
 #ifndef SOTTO_BACKEND_H
 #define SOTTO_BACKEND_H
 
@@ -39,22 +40,20 @@ typedef struct sotto_backend {
     /* Bytes of a part (SOTTO_PART_*) held by the backend; 0 on the CPU. */
     size_t (*model_part_bytes)(const sotto_model *m, int part);
 
-    /* A state's K/V caches (st->m, st->max_seqs set). state_free accepts a
-       state whose allocation failed half-way. */
+    /* A state's K/V caches, in st->be_state (st->m, st->max_seqs set).
+       state_free accepts a state whose allocation failed half-way. */
     int (*state_alloc)(sotto_state *st, sotto_err *err);
     void (*state_free)(sotto_state *st);
     /* Brings st->enc_out up to date after an encode (NULL: always is). */
     int (*state_fetch_encoder_output)(sotto_state *st, sotto_err *err);
 
-    /* Buffers in the K/V caches' memory, for state.c's sequence gather:
-       alloc (NULL when out of memory), free (accepts NULL), copy (queued
-       with st's own work, not a workspace's: a gather comes without one),
-       sync (waits for what copy queued for st; NULL: nothing is ever
-       queued). */
-    void *(*buf_alloc)(size_t bytes);
-    void (*buf_free)(void *p);
-    int (*buf_copy)(sotto_state *st, void *dst, const void *src, size_t bytes, sotto_err *err);
-    int (*sync)(sotto_state *st, sotto_err *err);
+    /* A beam step's reorder (sotto_state_seq_gather): for i < n, the
+       self-attention caches of sequence src[i] (its first lens[i]
+       positions, every layer) over those of dst[i], all read before any is
+       written. state.c has checked the indices and keeps seq_len;
+       sotto_kv_gather (state.h) is the copying both backends share. */
+    int (*seq_gather)(sotto_state *st, const int *dst, const int *src, const int *lens, int n,
+                      sotto_err *err);
 
     /* The encoder over B windows, and the cross-attention K/V of each state.
        n_ctx[b] (NULL: every window whole) is how many positions window b
@@ -79,6 +78,16 @@ typedef struct sotto_backend {
 
 /* The CPU (backend_cpu.c); every model starts there. */
 extern const sotto_backend sotto_backend_cpu;
+
+/* The CPU's K/V caches of a state (its be_state; layouts in state.h), for
+ * the CPU's layers in encoder.c and decoder.c. */
+typedef struct sotto_cpu_kv {
+    float *cross_k, *cross_v, *self_k, *self_v;
+    float *gather_tmp; /* the sequence gather's scratch, kept: beam search gathers every step */
+    size_t gather_cap; /* its floats */
+} sotto_cpu_kv;
+
+static inline sotto_cpu_kv *sotto_cpu_kv_of(const sotto_state *st) { return (sotto_cpu_kv *)st->be_state; }
 
 /* The CUDA backend, or NULL in a build without CUDA (gpu_none.c). */
 const sotto_backend *sotto_backend_cuda(void);

@@ -72,25 +72,28 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
         sotto_linear(&L->v.w, L->v.b, h, n, v);
         for (int i = 0; i < n; i++) {
             const row_ref *r = &rows[i];
-            float *Kc = sotto_state_self(r->st, r->st->self_k, l, r->seq);
-            float *Vc = sotto_state_self(r->st, r->st->self_v, l, r->seq);
+            const sotto_cpu_kv *kv = sotto_cpu_kv_of(r->st);
+            float *Kc = sotto_state_self(r->st, kv->self_k, l, r->seq);
+            float *Vc = sotto_state_self(r->st, kv->self_v, l, r->seq);
             memcpy(Kc + (size_t)r->pos * d, k + (size_t)i * d, sizeof(float) * d);
             memcpy(Vc + (size_t)r->pos * d, v + (size_t)i * d, sizeof(float) * d);
         }
         if (prompt) {
             const row_ref *r = &rows[0];
-            sotto_attention(q, d, sotto_state_self(r->st, r->st->self_k, l, r->seq),
-                            sotto_state_self(r->st, r->st->self_v, l, r->seq), d, att, d, n,
+            const sotto_cpu_kv *kv = sotto_cpu_kv_of(r->st);
+            sotto_attention(q, d, sotto_state_self(r->st, kv->self_k, l, r->seq),
+                            sotto_state_self(r->st, kv->self_v, l, r->seq), d, att, d, n,
                             r->pos + n, H, dh, scale, 1, r->pos, scratch);
         } else {
 #pragma omp parallel for schedule(static) if (par)
             for (int it = 0; it < n * H; it++) {
                 const row_ref *r = &rows[it / H];
+                const sotto_cpu_kv *kv = sotto_cpu_kv_of(r->st);
                 int i = it / H, hd = (it % H) * dh;
                 float *s = scratch + (size_t)omp_get_thread_num() * per_thread;
                 sotto_attention_rows(q + (size_t)i * d + hd, d,
-                                     sotto_state_self(r->st, r->st->self_k, l, r->seq) + hd,
-                                     sotto_state_self(r->st, r->st->self_v, l, r->seq) + hd, d,
+                                     sotto_state_self(r->st, kv->self_k, l, r->seq) + hd,
+                                     sotto_state_self(r->st, kv->self_v, l, r->seq) + hd, d,
                                      att + (size_t)i * d + hd, d, 1, r->pos + 1, dh, scale, s);
             }
         }
@@ -102,7 +105,8 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
         const size_t per_layer = (size_t)T * d;
         if (prompt) {
             const sotto_state *st = rows[0].st;
-            sotto_attention_kt(q, d, st->cross_k + l * per_layer, T, st->cross_v + l * per_layer, d,
+            const sotto_cpu_kv *kv = sotto_cpu_kv_of(st);
+            sotto_attention_kt(q, d, kv->cross_k + l * per_layer, T, kv->cross_v + l * per_layer, d,
                                att, d, n, st->n_ctx, H, dh, scale, scratch);
         } else {
             float *qg = k, *ag = v; /* free after the self-attention */
@@ -113,10 +117,10 @@ static int run_layers(const sotto_model *m, sotto_workspace *ws, const row_ref *
                 int g = it / H, hd = (it % H) * dh;
                 int g0 = group_start[g], gn = group_start[g + 1] - g0;
                 const sotto_state *st = rows[order[g0]].st;
+                const sotto_cpu_kv *kv = sotto_cpu_kv_of(st);
                 float *s = scratch + (size_t)omp_get_thread_num() * per_thread;
-                sotto_attention_rows_kt(qg + (size_t)g0 * d + hd, d,
-                                        st->cross_k + l * per_layer + (size_t)hd * T, T,
-                                        st->cross_v + l * per_layer + hd, d,
+                sotto_attention_rows_kt(qg + (size_t)g0 * d + hd, d, kv->cross_k + l * per_layer + (size_t)hd * T, T,
+                                        kv->cross_v + l * per_layer + hd, d,
                                         ag + (size_t)g0 * d + hd, d, gn, st->n_ctx, dh, scale, s);
             }
             for (int i = 0; i < n; i++)

@@ -106,18 +106,19 @@ int sotto_cpu_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_stat
     const size_t per_layer = (size_t)T * dt;
     for (int b = 0; b < B; b++) {
         sotto_state *st = sts[b];
+        sotto_cpu_kv *kv = sotto_cpu_kv_of(st);
         const int Tb = (int)(OFF(b + 1) - OFF(b));
         sotto_layer_norm(x + OFF(b) * d, st->enc_out, Tb, d, m->enc_ln.g, m->enc_ln.b, 1e-5f);
         /* cross-attention K/V of every decoder layer: V's first Tb rows; K
            transposed (state.h), its first Tb columns, through q (free now) */
         for (int l = 0; l < hp->n_text_layer; l++) {
             const sotto_dec_layer *L = &m->dec[l];
-            float *kt = st->cross_k + l * per_layer;
+            float *kt = kv->cross_k + l * per_layer;
             sotto_linear(&L->ck.w, L->ck.b, st->enc_out, Tb, q);
 #pragma omp parallel for schedule(static) if ((size_t)Tb * dt >= 65536)
             for (int c = 0; c < dt; c++)
                 for (int t = 0; t < Tb; t++) kt[(size_t)c * T + t] = q[(size_t)t * dt + c];
-            sotto_linear(&L->cv.w, L->cv.b, st->enc_out, Tb, st->cross_v + l * per_layer);
+            sotto_linear(&L->cv.w, L->cv.b, st->enc_out, Tb, kv->cross_v + l * per_layer);
         }
         st->n_ctx = Tb;
         st->encoded = 1;

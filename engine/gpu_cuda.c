@@ -225,8 +225,12 @@ static size_t cuda_model_part_bytes(const sotto_model *m, int part) {
 
 /* ---- states ----------------------------------------------------------- */
 
-/* What a GPU state keeps besides its K/V caches (sotto_state.be_state). */
+/* What a GPU state keeps (sotto_state.be_state). */
 typedef struct gstate {
+    /* the K/V caches on the device, in state.h's layouts (cross_k as cross_v) */
+    float *cross_k, *cross_v, *self_k, *self_v;
+    float *gather_tmp;  /* the sequence gather's scratch (device), kept: beams gather every step */
+    size_t gather_cap;  /* its floats */
     float *d_enc_out;  /* the encoder output on the device */
     int enc_out_stale; /* the host's enc_out not yet copied back */
     /* The state's own stream, for the work that comes without a workspace:
@@ -251,10 +255,10 @@ static int cuda_state_alloc(sotto_state *st, sotto_err *err) {
         g->stream = NULL;
         return cuda_err(err, e, "cudaStreamCreate");
     }
-    if (!(st->cross_k = sotto_cuda_malloc(sizeof(float) * cross, err)) ||
-        !(st->cross_v = sotto_cuda_malloc(sizeof(float) * cross, err)) ||
-        !(st->self_k = sotto_cuda_malloc(sizeof(float) * self, err)) ||
-        !(st->self_v = sotto_cuda_malloc(sizeof(float) * self, err)) ||
+    if (!(g->cross_k = sotto_cuda_malloc(sizeof(float) * cross, err)) ||
+        !(g->cross_v = sotto_cuda_malloc(sizeof(float) * cross, err)) ||
+        !(g->self_k = sotto_cuda_malloc(sizeof(float) * self, err)) ||
+        !(g->self_v = sotto_cuda_malloc(sizeof(float) * self, err)) ||
         !(g->d_enc_out =
               sotto_cuda_malloc(sizeof(float) * (size_t)hp->n_audio_ctx * hp->n_audio_state, err)))
         return err->code;
@@ -262,13 +266,14 @@ static int cuda_state_alloc(sotto_state *st, sotto_err *err) {
 }
 
 static void cuda_state_free(sotto_state *st) {
-    sotto_cuda_free(st->cross_k);
-    sotto_cuda_free(st->cross_v);
-    sotto_cuda_free(st->self_k);
-    sotto_cuda_free(st->self_v);
-    st->cross_k = st->cross_v = st->self_k = st->self_v = NULL;
     gstate *g = gst(st);
     if (g) {
+        if (g->stream) cudaStreamSynchronize(g->stream);
+        sotto_cuda_free(g->cross_k);
+        sotto_cuda_free(g->cross_v);
+        sotto_cuda_free(g->self_k);
+        sotto_cuda_free(g->self_v);
+        sotto_cuda_free(g->gather_tmp);
         sotto_cuda_free(g->d_enc_out);
         if (g->stream) cudaStreamDestroy(g->stream);
     }
@@ -286,22 +291,35 @@ static int cuda_state_fetch_encoder_output(sotto_state *st, sotto_err *err) {
     return rc;
 }
 
-static void *cuda_buf_alloc(size_t bytes) { return sotto_cuda_malloc(bytes, NULL); }
-static void cuda_buf_free(void *p) { sotto_cuda_free(p); }
-
 /* A device-to-device copy queued on stream. */
 static int dcopy(cudaStream_t stream, void *dst, const void *src, size_t bytes, sotto_err *err) {
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
     return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "device copy");
 }
 
-static int cuda_buf_copy(sotto_state *st, void *dst, const void *src, size_t bytes, sotto_err *err) {
-    return dcopy(gst(st)->stream, dst, src, bytes, err);
+static int gather_copy(void *stream, float *dst, const float *src, size_t bytes) {
+    return dcopy(stream, dst, src, bytes, NULL);
 }
 
-static int cuda_sync(sotto_state *st, sotto_err *err) {
-    cudaError_t e = cudaStreamSynchronize(gst(st)->stream);
-    return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "device copy");
+/* The beams' reorder: device copies on the state's stream, waited for. */
+static int cuda_seq_gather(sotto_state *st, const int *dst, const int *src, const int *lens, int n,
+                           sotto_err *err) {
+    gstate *g = gst(st);
+    size_t need = sotto_kv_gather_tmp_floats(st, lens, n);
+    if (need > g->gather_cap) {
+        /* at least double: the sequences grow by a row per step, and a device
+           allocation per step would cost more than the copies */
+        size_t cap = need > 2 * g->gather_cap ? need : 2 * g->gather_cap;
+        sotto_cuda_free(g->gather_tmp); /* the state's stream is idle: every gather waits */
+        g->gather_cap = 0;
+        if (!(g->gather_tmp = sotto_cuda_malloc(sizeof(float) * cap, err)))
+            return err ? err->code : SOTTO_E_NOMEM;
+        g->gather_cap = cap;
+    }
+    int rc = sotto_kv_gather(st, g->self_k, g->self_v, g->gather_tmp, dst, src, lens, n, gather_copy, g->stream);
+    cudaError_t e = cudaStreamSynchronize(g->stream); /* also after a failed copy: nothing left queued */
+    if (rc) return sotto_err_set(err, rc, "cuda: a beam gather copy failed");
+    return e == cudaSuccess ? SOTTO_OK : cuda_err(err, e, "beam gather");
 }
 
 /* ---- per-thread scratch ---------------------------------------------- */
@@ -574,8 +592,8 @@ static int cuda_encode_batch(const sotto_model *m, sotto_workspace *ws, sotto_st
             return rc;
         for (int l = 0; l < hp->n_text_layer; l++) {
             const gdec *L = &g->dec[l];
-            if ((rc = glinear(w, &L->ck, enc_out, T, st->cross_k + l * per_layer, 0, err)) ||
-                (rc = glinear(w, &L->cv, enc_out, T, st->cross_v + l * per_layer, 0, err)))
+            if ((rc = glinear(w, &L->ck, enc_out, T, gst(st)->cross_k + l * per_layer, 0, err)) ||
+                (rc = glinear(w, &L->cv, enc_out, T, gst(st)->cross_v + l * per_layer, 0, err)))
                 return rc;
         }
     }
@@ -694,10 +712,10 @@ static int decode_step(const sotto_model *m, gws *w, const sotto_row_ref *rows, 
     for (int i = 0; i < n; i++) {
         const sotto_state *st = rows[i].st;
         w->rows_host[i] = (sotto_cuda_row){
-            .self_k = sotto_state_self(st, st->self_k, 0, rows[i].seq),
-            .self_v = sotto_state_self(st, st->self_v, 0, rows[i].seq),
-            .cross_k = st->cross_k,
-            .cross_v = st->cross_v,
+            .self_k = sotto_state_self(st, gst(st)->self_k, 0, rows[i].seq),
+            .self_v = sotto_state_self(st, gst(st)->self_v, 0, rows[i].seq),
+            .cross_k = gst(st)->cross_k,
+            .cross_v = gst(st)->cross_v,
             .self_layer_stride = (long long)st->max_seqs * hp->n_text_ctx * d,
             .cross_layer_stride = (long long)hp->n_audio_ctx * d,
             .pos = rows[i].pos,
@@ -765,12 +783,12 @@ static int cuda_decode(const sotto_model *m, sotto_workspace *ws, const sotto_ro
             (rc = glinear(w, &L->q, h, n, q, 0, err)) || (rc = glinear(w, &L->k, h, n, k, 0, err)) ||
             (rc = glinear(w, &L->v, h, n, v, 0, err)))
             return rc;
-        if ((rc = dcopy(w->stream, self_at(r->st, r->st->self_k, l, r->seq, r->pos), k, sizeof(float) * (size_t)n * d,
+        if ((rc = dcopy(w->stream, self_at(r->st, gst(r->st)->self_k, l, r->seq, r->pos), k, sizeof(float) * (size_t)n * d,
                                  err)) ||
-            (rc = dcopy(w->stream, self_at(r->st, r->st->self_v, l, r->seq, r->pos), v, sizeof(float) * (size_t)n * d,
+            (rc = dcopy(w->stream, self_at(r->st, gst(r->st)->self_v, l, r->seq, r->pos), v, sizeof(float) * (size_t)n * d,
                                  err)) ||
-            (rc = sotto_cuda_attention_causal(q, d, sotto_state_self(r->st, r->st->self_k, l, r->seq),
-                                              sotto_state_self(r->st, r->st->self_v, l, r->seq), d, att, d, n,
+            (rc = sotto_cuda_attention_causal(q, d, sotto_state_self(r->st, gst(r->st)->self_k, l, r->seq),
+                                              sotto_state_self(r->st, gst(r->st)->self_v, l, r->seq), d, att, d, n,
                                               r->pos + n, H, dh, scale, r->pos, w->stream, err)))
             return rc;
         if ((rc = glinear(w, &L->o, att, n, x, 1, err))) return rc;
@@ -778,7 +796,7 @@ static int cuda_decode(const sotto_model *m, sotto_workspace *ws, const sotto_ro
         /* cross-attention over the sequence's stream */
         if ((rc = sotto_cuda_layer_norm(x, h, n, d, L->cross_ln.g, L->cross_ln.b, 1e-5f, w->stream, err)) ||
             (rc = glinear(w, &L->cq, h, n, q, 0, err)) ||
-            (rc = sotto_cuda_attention_rows(q, d, r->st->cross_k + l * per_layer, r->st->cross_v + l * per_layer, d,
+            (rc = sotto_cuda_attention_rows(q, d, gst(r->st)->cross_k + l * per_layer, gst(r->st)->cross_v + l * per_layer, d,
                                             att, d, n, T, H, dh, scale, w->stream, err)))
             return rc;
         if ((rc = glinear(w, &L->co, att, n, x, 1, err))) return rc;
@@ -817,10 +835,7 @@ static const sotto_backend k_cuda = {
     .state_alloc = cuda_state_alloc,
     .state_free = cuda_state_free,
     .state_fetch_encoder_output = cuda_state_fetch_encoder_output,
-    .buf_alloc = cuda_buf_alloc,
-    .buf_free = cuda_buf_free,
-    .buf_copy = cuda_buf_copy,
-    .sync = cuda_sync,
+    .seq_gather = cuda_seq_gather,
     .encode_batch = cuda_encode_batch,
     .decode = cuda_decode,
     .ws_free = cuda_ws_free,

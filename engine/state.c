@@ -62,7 +62,6 @@ void sotto_state_free(sotto_state *st) {
     if (!st) return;
     free(st->enc_out);
     st->m->be->state_free(st); /* st->m is set as soon as st exists */
-    st->m->be->buf_free(st->gather_tmp);
     free(st->seq_len);
     free(st);
 }
@@ -91,60 +90,55 @@ int sotto_state_seq_truncate(sotto_state *st, int seq, int len) {
     return SOTTO_OK;
 }
 
-/* A copy within the backend's memory (memcpy on the CPU; queued on a GPU). */
-static int copy_rows(sotto_state *st, float *dst, const float *src, size_t bytes) {
-    return st->m->be->buf_copy(st, dst, src, bytes, NULL);
-}
-
-int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int n) {
-    const sotto_hparams *hp = &st->m->hp;
-    int ms = st->max_seqs;
-    if (n < 0 || n > ms) return SOTTO_E_INVALID;
-    for (int i = 0; i < n; i++)
-        if (dst[i] < 0 || dst[i] >= ms || src[i] < 0 || src[i] >= ms) return SOTTO_E_INVALID;
-    /* Sources that are also overwritten are first parked in spare slots:
-     * the simplest correct scheme is to copy every needed source once into
-     * a temporary buffer. Lengths are small (<= n_text_ctx rows). */
-    size_t row = (size_t)hp->n_text_state;
-    int lens[64];
-    for (int i = 0; i < n; i++) lens[i] = st->seq_len[src[i]];
+/* Floats of one parked K (or V) cache: the longest source's rows. */
+static size_t gather_per(const sotto_state *st, const int *lens, int n) {
     size_t max_rows = 0;
     for (int i = 0; i < n; i++)
         if ((size_t)lens[i] > max_rows) max_rows = (size_t)lens[i];
-    size_t per = max_rows * row;
-    /* the scratch is kept with the state: beam search gathers every step */
-    size_t tmp_bytes = sizeof(float) * per * (size_t)n * 2;
-    if (tmp_bytes > st->gather_cap) {
-        /* at least double: the sequences grow by a row per step, and a device
-           allocation per step would cost more than the copies */
-        size_t cap = tmp_bytes > 2 * st->gather_cap ? tmp_bytes : 2 * st->gather_cap;
-        st->m->be->buf_free(st->gather_tmp);
-        st->gather_cap = 0;
-        st->gather_tmp = st->m->be->buf_alloc(cap);
-        if (!st->gather_tmp) return SOTTO_E_NOMEM;
-        st->gather_cap = cap;
-    }
-    float *tmp = st->gather_tmp;
+    return max_rows * (size_t)st->m->hp.n_text_state;
+}
+
+size_t sotto_kv_gather_tmp_floats(const sotto_state *st, const int *lens, int n) {
+    return gather_per(st, lens, n) * (size_t)n * 2; /* K and V of each source */
+}
+
+int sotto_kv_gather(const sotto_state *st, float *self_k, float *self_v, float *tmp, const int *dst,
+                    const int *src, const int *lens, int n,
+                    int (*copy)(void *ctx, float *dst, const float *src, size_t bytes), void *ctx) {
+    const sotto_hparams *hp = &st->m->hp;
+    /* Sources that are also overwritten are first parked in the scratch:
+     * the simplest correct scheme is to copy every needed source once into
+     * it. Lengths are small (<= n_text_ctx rows). */
+    const size_t row = (size_t)hp->n_text_state;
+    const size_t per = gather_per(st, lens, n);
     int rc = SOTTO_OK;
     for (int l = 0; l < hp->n_text_layer && !rc; l++) {
         for (int i = 0; i < n && !rc; i++) {
             if (dst[i] == src[i] || lens[i] == 0) continue;
             size_t bytes = sizeof(float) * (size_t)lens[i] * row;
-            rc = copy_rows(st, tmp + (size_t)(2 * i) * per, sotto_state_self(st, st->self_k, l, src[i]), bytes);
+            rc = copy(ctx, tmp + (size_t)(2 * i) * per, sotto_state_self(st, self_k, l, src[i]), bytes);
             if (!rc)
-                rc = copy_rows(st, tmp + (size_t)(2 * i + 1) * per,
-                               sotto_state_self(st, st->self_v, l, src[i]), bytes);
+                rc = copy(ctx, tmp + (size_t)(2 * i + 1) * per, sotto_state_self(st, self_v, l, src[i]), bytes);
         }
         for (int i = 0; i < n && !rc; i++) {
             if (dst[i] == src[i] || lens[i] == 0) continue;
             size_t bytes = sizeof(float) * (size_t)lens[i] * row;
-            rc = copy_rows(st, sotto_state_self(st, st->self_k, l, dst[i]), tmp + (size_t)(2 * i) * per, bytes);
+            rc = copy(ctx, sotto_state_self(st, self_k, l, dst[i]), tmp + (size_t)(2 * i) * per, bytes);
             if (!rc)
-                rc = copy_rows(st, sotto_state_self(st, st->self_v, l, dst[i]),
-                               tmp + (size_t)(2 * i + 1) * per, bytes);
+                rc = copy(ctx, sotto_state_self(st, self_v, l, dst[i]), tmp + (size_t)(2 * i + 1) * per, bytes);
         }
     }
-    if (!rc && st->m->be->sync) rc = st->m->be->sync(st, NULL); /* the copies are done before the call returns */
+    return rc;
+}
+
+int sotto_state_seq_gather(sotto_state *st, const int *dst, const int *src, int n) {
+    int ms = st->max_seqs;
+    if (n < 0 || n > ms) return SOTTO_E_INVALID;
+    for (int i = 0; i < n; i++)
+        if (dst[i] < 0 || dst[i] >= ms || src[i] < 0 || src[i] >= ms) return SOTTO_E_INVALID;
+    int lens[64] = {0}; /* n <= max_seqs <= 64 */
+    for (int i = 0; i < n; i++) lens[i] = st->seq_len[src[i]];
+    int rc = st->m->be->seq_gather(st, dst, src, lens, n, NULL); /* done when it returns */
     if (rc) return rc;
     for (int i = 0; i < n; i++) st->seq_len[dst[i]] = lens[i];
     return SOTTO_OK;

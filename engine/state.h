@@ -11,19 +11,17 @@ struct sotto_state {
     int encoded;
     int n_ctx;               /* encoder positions of the last encode (<= n_audio_ctx) */
     float *enc_out;          /* [n_audio_ctx][d], host memory (backend.h: fetched) */
-    /* The K/V caches, in the memory of the model's backend (backend.h: host
-       arrays on the CPU, device addresses on a GPU), read and written only by
-       that backend's code and its buf_copy: */
-    /* cross_v: [n_text_layer][n_audio_ctx][d], rows < n_ctx valid. cross_k:
-       on the CPU K transposed, [n_text_layer][d][n_audio_ctx] (columns <
-       n_ctx valid), so that a decoder step's few rows read 16 keys per load
-       (ops.h, sotto_attention_rows_kt); on a GPU as cross_v. */
-    float *cross_k, *cross_v;
-    float *self_k, *self_v;   /* [n_text_layer][max_seqs][n_text_ctx][d] */
-    void *be_state;           /* anything else the backend keeps per state (opaque; NULL on the CPU) */
+    /* The backend's part of the state (backend.h), opaque to the rest: its
+       K/V caches, in its memory (host arrays on the CPU, device memory on a
+       GPU), read and written only by its code, in these layouts:
+         cross_v: [n_text_layer][n_audio_ctx][d], rows < n_ctx valid;
+         cross_k: on the CPU K transposed, [n_text_layer][d][n_audio_ctx]
+           (columns < n_ctx valid), so that a decoder step's few rows read
+           16 keys per load (ops.h, sotto_attention_rows_kt); on a GPU as
+           cross_v;
+         self_k, self_v: [n_text_layer][max_seqs][n_text_ctx][d]. */
+    void *be_state;
     int *seq_len;             /* [max_seqs], host memory */
-    float *gather_tmp;        /* sotto_state_seq_gather's scratch (the backend's memory) */
-    size_t gather_cap;        /* its size in bytes */
 };
 
 /* One decoder row: the token at position `pos` of sequence `seq` of `st`. */
@@ -72,5 +70,15 @@ static inline float *sotto_state_self(const sotto_state *st, float *base, int la
     const sotto_hparams *hp = &st->m->hp;
     return base + (((size_t)layer * st->max_seqs + seq) * hp->n_text_ctx) * hp->n_text_state;
 }
+
+/* The sequence gather's copying, for a backend's seq_gather: sources are
+ * first parked in tmp (in the caches' memory, sotto_kv_gather_tmp_floats
+ * floats or more), then written over their destinations, so that a
+ * sequence that is both read and overwritten is read first. copy(ctx, dst,
+ * src, bytes) copies (or queues a copy) within that memory. */
+size_t sotto_kv_gather_tmp_floats(const sotto_state *st, const int *lens, int n);
+int sotto_kv_gather(const sotto_state *st, float *self_k, float *self_v, float *tmp, const int *dst,
+                    const int *src, const int *lens, int n,
+                    int (*copy)(void *ctx, float *dst, const float *src, size_t bytes), void *ctx);
 
 #endif

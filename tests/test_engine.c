@@ -9,7 +9,7 @@
  *   - generate(): greedy == beam 1, callbacks, length limits, seeded sampling.
  */
 #include "check.h"
-#include "state.h" /* white-box: poisons the cross-attention rows past n_ctx */
+#include "backend.h" /* white-box: poisons the CPU's cross-attention rows past n_ctx */
 #include "generate.h"
 #include "threads.h"
 #include "whisper.h"
@@ -223,11 +223,12 @@ static void test_encode_ctx(const sotto_model *m, const float *win) {
     CHECK(sotto_encode_batch_ctx(m, ws, &c, &mels[2], &n_ctx[2], 1, &err) == 0);
     CHECK(sotto_decode_tokens(m, ws, one[2], 0, toks, 3, want, 3, la, &err) == 0);
     const size_t per_layer = (size_t)T * hp->n_text_state;
+    sotto_cpu_kv *kv = sotto_cpu_kv_of(c);
     for (int l = 0; l < hp->n_text_layer; l++) {
         for (size_t r = (size_t)n_ctx[2] * hp->n_text_state; r < per_layer; r++)
-            c->cross_v[l * per_layer + r] = NAN;
+            kv->cross_v[l * per_layer + r] = NAN;
         for (int f = 0; f < hp->n_text_state; f++) /* K is transposed on the CPU (state.h) */
-            for (int t = n_ctx[2]; t < T; t++) c->cross_k[l * per_layer + (size_t)f * T + t] = NAN;
+            for (int t = n_ctx[2]; t < T; t++) kv->cross_k[l * per_layer + (size_t)f * T + t] = NAN;
     }
     CHECK(sotto_decode_tokens(m, ws, c, 0, toks, 3, want, 3, lb, &err) == 0);
     CHECK(count_finite(lb, 3 * V) == 3 * V);
