@@ -43,7 +43,8 @@ from test_server import Checks  # noqa: E402
 CLIP = "librispeech_train-clean-100_1898-145715-0024"  # 14.8 s, 2 utterances
 # The batch section makes ten whole transcriptions of its clip; under the
 # sanitizers (13.6 s each on the 2-core VM) they take this shorter one (5.4 s):
-# the same requests and response writers, a third of the decoding.
+# the same requests and response writers, fewer tokens to decode. Each still
+# encodes a 30 s window, so the section takes ~100 s instead of ~140 s.
 SANITIZED_BATCH_CLIP = "librispeech_test-clean_1089-134691-0001"
 KEY = "sk-sotto-test-0123456789"
 # Streamed transcripts may have this many more word errors on the clip than the
