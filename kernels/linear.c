@@ -4,7 +4,8 @@
  *  - n <= SOTTO_SKINNY_MAX_N (32) rows of x (decoder steps, short prompts):
  *    a fused kernel per format streams each weight row once, dequantizing it
  *    in registers, and dots it with every row of x, 4 weight rows by up to 4
- *    rows of x per tile (linear_{q8,nf4,nvfp4}.c; F32 below).
+ *    rows of x per tile (linear_{f32,q8,nf4,nvfp4}.c; their memory contract
+ *    is checked here in sanitized builds, tile_check.h).
  *  - more rows (encoder, prompts): the weights are dequantized a block of
  *    rows at a time into a bounded scratch buffer and multiplied with sgemm;
  *    except bf16 and q8 weights on a CPU with the matching dot product
@@ -20,6 +21,7 @@
 #include "linear_internal.h"
 #include "linear_ref.h"
 #include "sotto_err.h"
+#include "tile_check.h"
 
 #include <cblas.h>
 #include <stdatomic.h>
@@ -28,6 +30,8 @@
 
 void sotto_wmat_dequantize_rows(const sotto_wmat *w, int r0, int nr, float *dst) {
     if (nr <= 0) return;
+    sotto__tile_wrows(w, r0, nr);
+    sotto__tile_region(dst, sizeof(float) * (size_t)nr * (size_t)w->cols);
     switch (w->fmt) {
     case SOTTO_WFMT_F32:
         memcpy(dst, (const float *)w->data + (size_t)r0 * (size_t)w->cols,
@@ -48,21 +52,6 @@ static void add_bias(float *y, const float *bias, int n, int rows) {
         for (int j = 0; j < rows; j++) yr[j] += bias[j];
     }
 }
-
-/* ---- f32 ------------------------------------------------------------------------ */
-
-/* Chunk c (32 columns) of weight row `row` as two vectors. The shared tile
- * (linear_internal.h) dots each 4 weight rows with up to 4 rows of x at a
- * time, so a beam's rows reuse every weight load from registers. */
-static inline __attribute__((always_inline)) void decode_f32(const sotto_wmat *w, size_t row,
-                                                             int c, sotto_v16f *wv) {
-    const float *p = (const float *)w->data + row * (size_t)w->cols + (size_t)c * 32;
-    wv[0] = sotto_load16(p);
-    wv[1] = sotto_load16(p + 16);
-}
-
-SOTTO__SKINNY_TILE(tile_f32, decode_f32, 2)
-static SOTTO__SKINNY_DRIVER(linear_f32_skinny, tile_f32, 0, sotto__permute_x)
 
 /* ---- many rows of x: dequantize blocks of W, sgemm ------------------------------ */
 
@@ -143,9 +132,10 @@ static void linear_any(const sotto_wmat *w, const float *bias, const float *x, i
     } else if (n > SOTTO_SKINNY_MAX_N) {
         linear_gemm_blocks(w, x, n, y, accumulate ? 1.0f : 0.0f);
     } else {
+        sotto__tile_skinny(w, x, n, y);
         switch (w->fmt) {
         case SOTTO_WFMT_F32:
-            linear_f32_skinny(w, x, n, y, accumulate);
+            sotto__skinny_f32(w, x, n, y, accumulate);
             break;
         case SOTTO_WFMT_BF16: sotto__skinny_bf16(w, x, n, y, accumulate); break;
         case SOTTO_WFMT_Q8: sotto__skinny_q8(w, x, n, y, accumulate); break;

@@ -1,0 +1,284 @@
+/* test_tile_check.c - the tiles as the sanitized programs run them
+ * (kernels/tile_check.h). In a SOTTO_SANITIZE build this test links the
+ * uninstrumented copy of linear_{f32,q8,nf4,nvfp4}.c and attn_tiles.c, as
+ * sotto-server does, and checks that
+ *   1. that copy is the one linked, and it computes what the scalar reference
+ *      does: every format (NF4 also double-quantized), n = 1..5 rows of x,
+ *      rows and columns with tails; the row dequantizer likewise; and the
+ *      attention tiles: the decoder's rows over K^T against a
+ *      double-precision computation, and the softmax rows;
+ *   2. a caller's short buffer is still reported by AddressSanitizer, from the
+ *      region check in linear.c or ops_cpu.c before the tile runs: y, x, the
+ *      weights, their scales, NF4's double-quantization codes, a dequantizer's
+ *      destination, the attention's q, K^T, V, out and scores, a softmax's
+ *      rows, each one element short. Each case runs in a child process of its own
+ *      (this program with --die CASE), which must exit non-zero with an ASan
+ *      report whose stack names tile_check.h.
+ * Without AddressSanitizer part 2 cannot run: after part 1 the test exits 77,
+ * which ctest reports as skipped. */
+#define _POSIX_C_SOURCE 200809L
+#include "check.h"
+#include "linear.h"
+#include "linear_internal.h"
+#include "linear_ref.h"
+#include "ops.h"
+#include "quant.h"
+#include "tile_check.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+/* A matrix in fmt with its buffers allocated at exactly their sizes, less
+ * short_data / short_scales bytes at the end. */
+typedef struct {
+    sotto_wmat w;
+    void *data, *scales;
+    sotto_nf4_dq dq;
+    uint8_t *codes;
+    float *nested;
+} tmat;
+
+static int tmat_make(tmat *t, sotto_wfmt fmt, int rows, int cols, int dq, size_t short_data,
+                     size_t short_scales, size_t short_codes) {
+    memset(t, 0, sizeof *t);
+    const size_t n = (size_t)rows * cols;
+    float *src = malloc(sizeof(float) * n);
+    if (!src) return -1;
+    float amax = 0;
+    for (size_t i = 0; i < n; i++) src[i] = frand(), amax = fmaxf(amax, fabsf(src[i]));
+    size_t dbytes = 0, sbytes = 0;
+    switch (fmt) {
+    case SOTTO_WFMT_F32: dbytes = n * 4; break;
+    case SOTTO_WFMT_BF16: dbytes = n * 2; break;
+    case SOTTO_WFMT_Q8: dbytes = n, sbytes = n / 32 * 4; break;
+    case SOTTO_WFMT_NF4: dbytes = n / 2, sbytes = n / 64 * 4; break;
+    case SOTTO_WFMT_NVFP4: dbytes = n / 2, sbytes = n / 16; break;
+    default: break;
+    }
+    CHECK_EQ_INT(dbytes + sbytes, sotto_wfmt_bytes(fmt, rows, cols));
+    /* quantized into full-size buffers, then copied into the (short) ones */
+    void *d = malloc(dbytes), *s = malloc(sbytes ? sbytes : 1);
+    t->w.fmt = fmt, t->w.rows = rows, t->w.cols = cols;
+    t->w.data = d, t->w.scales = s;
+    if (fmt == SOTTO_WFMT_NVFP4) t->w.global_scale = sotto_nvfp4_global_scale(amax);
+    int rc = sotto_quantize_rows(&t->w, d, s, src, 0, rows);
+    free(src);
+    if (rc) return rc;
+    t->data = malloc(dbytes - short_data);
+    memcpy(t->data, d, dbytes - short_data);
+    t->scales = malloc(sbytes ? sbytes - short_scales : 1);
+    if (sbytes) memcpy(t->scales, s, sbytes - short_scales);
+    if (fmt == SOTTO_WFMT_NF4 && dq) {
+        size_t nb = n / 64;
+        t->codes = malloc(nb - short_codes);
+        uint8_t *codes = malloc(nb);
+        t->nested = malloc(sizeof(float) * ((nb + 255) / 256));
+        sotto_nf4_double_quant(s, nb, codes, t->nested, &t->dq.offset);
+        memcpy(t->codes, codes, nb - short_codes);
+        free(codes);
+        t->dq.codes = t->codes, t->dq.nested_absmax = t->nested;
+        t->w.nf4_dq = &t->dq;
+    }
+    free(d), free(s);
+    t->w.data = t->data, t->w.scales = t->scales;
+    return 0;
+}
+
+static void tmat_free(tmat *t) { free(t->data), free(t->scales), free(t->codes), free(t->nested); }
+
+static const sotto_wfmt fmts[] = {SOTTO_WFMT_F32, SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4,
+                                  SOTTO_WFMT_NVFP4};
+
+/* Part 1: the linked tiles against the scalar reference. */
+static void check_values(void) {
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+        for (int dq = 0; dq <= (fmts[f] == SOTTO_WFMT_NF4); dq++) {
+            const sotto_wfmt fmt = fmts[f];
+            /* rows not a multiple of the tile's 4; f32 and bf16 also with a column tail */
+            const int rows = 37, cols = sotto_wfmt_block(fmt) > 1 ? 128 : 72;
+            tmat t;
+            CHECK_EQ_INT(tmat_make(&t, fmt, rows, cols, dq, 0, 0, 0), 0);
+            for (int n = 1; n <= 5; n++) {
+                float *x = malloc(sizeof(float) * n * cols), *y = malloc(sizeof(float) * n * rows),
+                      *r = malloc(sizeof(float) * n * rows);
+                for (int i = 0; i < n * cols; i++) x[i] = frand();
+                sotto_linear(&t.w, NULL, x, n, y);
+                sotto_linear_ref(&t.w, NULL, x, n, r, 0);
+                double e = check_rel_err_f(y, r, (size_t)n * rows);
+                CHECK_MSG(e < 1e-5, "%s%s n=%d: relative error %g", sotto_wfmt_name(fmt),
+                          dq ? " (double-quantized)" : "", n, e);
+                free(x), free(y), free(r);
+            }
+            float *dst = malloc(sizeof(float) * 5 * cols);
+            sotto_wmat_dequantize_rows(&t.w, 30, 5, dst);
+            int same = 1;
+            for (int i = 0; i < 5; i++)
+                for (int c = 0; c < cols; c++)
+                    same &= dst[i * cols + c] == sotto__wmat_get(&t.w, (size_t)30 + i, c);
+            CHECK_MSG(same, "%s: dequantized rows differ from the element reader",
+                      sotto_wfmt_name(fmt));
+            free(dst);
+            tmat_free(&t);
+        }
+}
+
+/* Part 1 for the attention tiles: the decoder's rows over K^T and the
+ * softmax rows against a plain double-precision computation. */
+static void check_attention(void) {
+    const int dh = 64, q_stride = 3 * 64, kt_stride = 80, v_stride = 2 * 64 + 8;
+    static const int n_kvs[] = {1, 7, 37, 70};
+    for (size_t t = 0; t < sizeof n_kvs / sizeof n_kvs[0]; t++)
+        for (int nr = 1; nr <= 5; nr++) {
+            const int n_kv = n_kvs[t];
+            float *q = malloc(sizeof(float) * nr * q_stride), *kt = malloc(sizeof(float) * dh * kt_stride);
+            float *v = malloc(sizeof(float) * n_kv * v_stride), *out = malloc(sizeof(float) * nr * dh);
+            float *sc = malloc(sizeof(float) * nr * n_kv);
+            double *ref = malloc(sizeof(double) * nr * dh), *p = malloc(sizeof(double) * n_kv);
+            for (int i = 0; i < nr * q_stride; i++) q[i] = frand();
+            for (int i = 0; i < dh * kt_stride; i++) kt[i] = frand();
+            for (int i = 0; i < n_kv * v_stride; i++) v[i] = frand();
+            const float scale = 0.125f;
+            sotto_attention_rows_kt(q, q_stride, kt, kt_stride, v, v_stride, out, dh, nr, n_kv, dh,
+                                    scale, sc);
+            for (int r = 0; r < nr; r++) {
+                double m = -1e300, sum = 0;
+                for (int j = 0; j < n_kv; j++) {
+                    double a = 0;
+                    for (int c = 0; c < dh; c++) a += (double)q[r * q_stride + c] * kt[c * kt_stride + j];
+                    p[j] = a * scale, m = p[j] > m ? p[j] : m;
+                }
+                for (int j = 0; j < n_kv; j++) p[j] = exp(p[j] - m), sum += p[j];
+                for (int c = 0; c < dh; c++) {
+                    double o = 0;
+                    for (int j = 0; j < n_kv; j++) o += p[j] / sum * v[j * v_stride + c];
+                    ref[r * dh + c] = o;
+                }
+            }
+            double e = check_rel_err(out, ref, (size_t)nr * dh);
+            CHECK_MSG(e < 1e-4, "attention rows over K^T, %d rows, %d keys: relative error %g", nr,
+                      n_kv, e);
+            /* the softmax rows: each sums to 1 and keeps the order of its inputs */
+            for (int i = 0; i < nr * n_kv; i++) sc[i] = 4 * frand();
+            float first = sc[0], second = n_kv > 1 ? sc[1] : 0;
+            sotto_softmax_rows(sc, nr, n_kv);
+            double tot = 0;
+            for (int j = 0; j < n_kv; j++) tot += sc[j];
+            CHECK_NEAR(tot, 1.0, 1e-5);
+            if (n_kv > 1) CHECK((first > second) == (sc[0] > sc[1]) || first == second);
+            free(q), free(kt), free(v), free(out), free(sc), free(ref), free(p);
+        }
+}
+
+/* Part 2, in the child: the attention's cases. */
+static int die_attention(const char *what) {
+    const int nr = 3, n_kv = 37, dh = 64;
+    size_t sq = 0, skt = 0, sv = 0, so = 0, ss = 0;
+    int softmax = 0;
+    if (strcmp(what, "attention-scores") == 0) ss = 1;
+    else if (strcmp(what, "attention-out") == 0) so = 1;
+    else if (strcmp(what, "attention-kt") == 0) skt = 1;
+    else if (strcmp(what, "attention-v") == 0) sv = 1;
+    else if (strcmp(what, "attention-q") == 0) sq = 1;
+    else if (strcmp(what, "softmax") == 0) softmax = 1;
+    else return 2;
+    float *q = calloc((size_t)nr * dh - sq, sizeof(float)), *kt = calloc((size_t)dh * n_kv - skt, sizeof(float));
+    float *v = calloc((size_t)n_kv * dh - sv, sizeof(float)), *out = malloc(sizeof(float) * ((size_t)nr * dh - so));
+    float *sc = calloc((size_t)nr * n_kv - ss - softmax, sizeof(float));
+    if (softmax) sotto_softmax_rows(sc, nr, n_kv);
+    else sotto_attention_rows_kt(q, dh, kt, n_kv, v, dh, out, dh, nr, n_kv, dh, 0.125f, sc);
+    free(q), free(kt), free(v), free(out), free(sc);
+    return 0;
+}
+
+/* Part 2, in the child: one short buffer, then the call that must be reported. */
+static int die(const char *what) {
+    const int rows = 37, n = 3;
+    sotto_wfmt fmt = SOTTO_WFMT_F32;
+    size_t sd = 0, ss = 0, sc = 0, sx = 0, sy = 0;
+    int dq = 0, dequant = 0;
+    if (strcmp(what, "y") == 0) sy = 1;
+    else if (strcmp(what, "x") == 0) sx = 1;
+    else if (strcmp(what, "weights") == 0) sd = 4;
+    else if (strcmp(what, "q8-scales") == 0) fmt = SOTTO_WFMT_Q8, ss = 4;
+    else if (strcmp(what, "nf4-scales") == 0) fmt = SOTTO_WFMT_NF4, ss = 4;
+    else if (strcmp(what, "nf4-codes") == 0) fmt = SOTTO_WFMT_NF4, dq = 1, sc = 1;
+    else if (strcmp(what, "nvfp4-weights") == 0) fmt = SOTTO_WFMT_NVFP4, sd = 1;
+    else if (strcmp(what, "dequant-dst") == 0) fmt = SOTTO_WFMT_NF4, dequant = 1;
+    else return die_attention(what);
+    const int cols = 128;
+    tmat t;
+    if (tmat_make(&t, fmt, rows, cols, dq, sd, ss, sc)) return 3;
+    if (dequant) {
+        float *dst = malloc(sizeof(float) * (4 * cols - 1));
+        sotto_wmat_dequantize_rows(&t.w, 33, 4, dst);
+        free(dst);
+    } else {
+        float *x = calloc((size_t)n * cols - sx, sizeof(float));
+        float *y = malloc(sizeof(float) * ((size_t)n * rows - sy));
+        sotto_linear(&t.w, NULL, x, n, y);
+        free(x), free(y);
+    }
+    tmat_free(&t);
+    return 0; /* not reported: the parent fails the case */
+}
+
+#ifdef SOTTO_TILE_CHECKS
+static void check_reported(const char *self, const char *what) {
+    char path[] = "/tmp/sotto-tile-check-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 2);
+        execl(self, self, "--die", what, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    char buf[16384] = {0};
+    lseek(fd, 0, SEEK_SET);
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    (void)got;
+    close(fd), unlink(path);
+    const int failed = WIFEXITED(st) ? WEXITSTATUS(st) != 0 : 1;
+    CHECK_MSG(failed && strstr(buf, "ERROR: AddressSanitizer") && strstr(buf, "tile_check.h"),
+              "%s one element short: exit status %d, no ASan report from tile_check.h:\n%.2000s",
+              what, st, buf);
+    fprintf(stderr, "  %s one element short: %s\n", what,
+                failed && strstr(buf, "tile_check.h") ? "reported by the region check" : "MISSED");
+}
+
+#endif
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--die") == 0) return die(argv[2]);
+    check_values();
+    check_attention();
+#ifdef SOTTO_TILE_CHECKS
+    CHECK_MSG(!sotto__tiles_instrumented(),
+              "the instrumented tiles are linked: this test must see the programs' copy");
+    static const char *cases[] = {"y",          "x",         "weights",       "q8-scales",
+                                  "nf4-scales", "nf4-codes", "nvfp4-weights", "dequant-dst",
+                                  "attention-scores", "attention-out", "attention-kt",
+                                  "attention-v", "attention-q", "softmax"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_reported("/proc/self/exe", cases[i]);
+    return check_report();
+#else
+    int rc = check_report();
+    if (rc) return rc;
+    fprintf(stderr, "no AddressSanitizer in this build: the contract checks cannot run (skipped)\n");
+    return 77;
+#endif
+}
