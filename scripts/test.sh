@@ -156,10 +156,14 @@ join_lane() {
 # Beside the foreground, at its priority: a test that mostly waits (on timeouts,
 # or on audio played at real-time pace) while the foreground runs another such
 # test, the pair within the two cores (CPU per second of wall time, fresh-clone
-# run of 414f909): test_security under ASan (0.18) beside test_security (0.11)
-# and then the two bounded-inputs runs (32 s, busy); Firefox (0.66) beside
-# Chromium (0.66); sotto-mic (0.81) beside the page test (0.70). Its servers'
-# ports come from a range of their own.
+# run of 414f909): test_security under ASan (0.18) and then bounded inputs
+# under ASan (18 s, busy) beside test_security (0.11) and then bounded inputs
+# (16 s, busy); Firefox (0.66) beside
+# Chromium (0.66); sotto-mic (0.81) beside the page test (0.70); the fleet
+# under ASan (0.94) beside the fleet (0.76). Tests that measure capacity or
+# latency, or use both cores, stay alone: the protocols and streaming server
+# under ASan side by side took 191 s against 96 + 100 one after the other. Its
+# servers' ports come from a range of their own.
 beside_pid=""
 beside_log="$root/build/test-beside.log"
 beside_failed="$root/build/test-beside.failed"
@@ -240,10 +244,10 @@ else
     # The foreground: the server tests, first those that mostly wait (timeouts,
     # browsers, real-time streams), then those that load both cores.
     export SOTTO_TEST_PORTS=26000-28999
-    start_beside "security under ASan+UBSan|$(q "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
+    start_beside "security under ASan+UBSan|$(q "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")" \
+      "bounded inputs under ASan+UBSan|$(q "$py" "$R/test_inputs.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
     run "security: admission, timeouts, frame limits, keys and tokens" "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     run "bounded inputs: static files, methods, uploads, Ogg streams" "$py" "$R/test_inputs.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
-    run "bounded inputs under ASan+UBSan" "$py" "$R/test_inputs.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
     join_beside
     # Firefox's microphone and sotto-mic's device are private PulseAudio servers; Chromium's is a file
     start_beside "browser dictation page (headless Firefox, PulseAudio microphone)|$(q "$py" "$R/test_firefox.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts")"
@@ -252,8 +256,9 @@ else
     start_beside "desktop client sotto-mic (ASan+UBSan build)|$(q "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
     run "dictation page as people use it (headless Chromium, axe-core)" "$py" "$R/test_page.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts" --only down,taken,busy,viewer,cues,layout,insecure,use,upload,mic
     join_beside
+    start_beside "fleet under ASan+UBSan (cross-instance resume, feeds, kill -9)|$(q "$py" "$R/test_fleet.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --only resume,feeds,kill --sessions 3 --viewers 30)"
     run "fleet: 3 instances behind HAProxy sharing Redis (feeds, kill -9, SIGTERM, Redis restart, sotto-mic)" "$py" "$R/test_fleet.py" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest" --mic "$root/build/sotto-mic"
-    run "fleet under ASan+UBSan (cross-instance resume, feeds, kill -9)" "$py" "$R/test_fleet.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --only resume,feeds,kill --sessions 3 --viewers 30
+    join_beside
     run "OpenAI and Deepgram protocols (official client libraries)" "$py" "$R/test_compat.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest"
     run "streaming server (tiny.en)" "$py" "$R/test_server.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --format-clips 25
     run "streaming server in hard rooms: noise, babble, continuous speech, non-speech, overload (tiny.en)" "$py" "$R/test_rooms.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
