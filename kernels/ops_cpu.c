@@ -98,14 +98,14 @@ static void attention_core(const float *q, int q_stride, const float *k, int kt_
         const float *qh = q + (size_t)q0 * q_stride + (size_t)h * dh;
         const float *vh = v + (size_t)h * dh;
         float *oh = out + (size_t)q0 * out_stride + (size_t)h * dh;
-        /* S[nq][nk] = scale * Qh Kh^T */
+        /* S[nq][nk] = scale * Qh Kh^T (OpenBLAS and the softmax tile: both uninstrumented) */
+        sotto__tile_region(S, sizeof(float) * (size_t)nq * (size_t)nk);
         if (kt_stride > 0)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, dh, scale, qh, q_stride,
                         k + (size_t)h * dh * kt_stride, kt_stride, 0.0f, S, nk);
         else
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, dh, scale, qh, q_stride,
                         k + (size_t)h * dh, kv_stride, 0.0f, S, nk);
-        sotto__tile_region(S, sizeof(float) * (size_t)nq * (size_t)nk);
         for (int i = 0; i < nq; i++) {
             float *row = S + (size_t)i * nk;
             if (causal) {
@@ -152,9 +152,9 @@ void sotto_attention_rows(const float *q, int q_stride, const float *k, const fl
     if (n_kv >= SOTTO_ATTN_ROWS_GEMM_MIN_KV) {
         /* long sequences (the cross-attention): two small sgemms, whose packed
          * micro-kernels beat a horizontal sum per (row, key) */
+        sotto__tile_region(s, sizeof(float) * (size_t)nr * (size_t)n_kv);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, n_kv, dh, scale, q, q_stride, k,
                     kv_stride, 0.0f, s, n_kv);
-        sotto__tile_region(s, sizeof(float) * (size_t)nr * (size_t)n_kv);
         for (int r = 0; r < nr; r++) sotto__softmax_row(s + (size_t)r * n_kv, n_kv);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, dh, n_kv, 1.0f, s, n_kv, v,
                     kv_stride, 0.0f, out, out_stride);
@@ -164,8 +164,7 @@ void sotto_attention_rows(const float *q, int q_stride, const float *k, const fl
         const float *kj = k + (size_t)j * kv_stride;
         for (int r = 0; r < nr; r++) s[(size_t)r * n_kv + j] = dot_head(q + (size_t)r * q_stride, kj, dh) * scale;
     }
-    sotto__tile_region(s, sizeof(float) * (size_t)nr * (size_t)n_kv);
-    for (int r = 0; r < nr; r++) {
+    for (int r = 0; r < nr; r++) { /* s was written above, by checked code */
         sotto__softmax_row(s + (size_t)r * n_kv, n_kv);
         memset(out + (size_t)r * out_stride, 0, sizeof(float) * (size_t)dh);
     }
