@@ -9,6 +9,14 @@ lower-case and space-prefixed variants, and a list of tricky strings):
 Then random id sequences (half of them drawn from the 256 single-byte tokens,
 to split multi-byte characters) must decode exactly as HF decodes them.
 
+The strings and id sequences go through `sotto tokens --jsonl` (one process
+per model, not one per string: ~650 tokenizer loads took 70 s of the suite);
+every 20th string, and every string holding U+0000 (which --jsonl refuses),
+also goes through the plain one-text-per-process encode and decode, which
+must answer alike. --jsonl's error lines are checked too: a bad line in the
+middle is answered {"error": ...}, the lines around it are still answered,
+and the exit status is 1.
+
 Usage: test_tokenizer_ref.py --sotto PATH/TO/sotto --model models/tiny.en
            [--manifest ../shared/audio/manifest.tsv] [--random 200] [--seed 1]
 Plain asserts are not used: every mismatch is reported, and the exit status is
@@ -16,6 +24,7 @@ Plain asserts are not used: every mismatch is reported, and the exit status is
 """
 import argparse
 import csv
+import json
 import os
 import random
 import subprocess
@@ -79,6 +88,16 @@ def sotto_decode(sotto, model, ids):
     return out[:-1]
 
 
+def sotto_jsonl(sotto, model, cmd, values):
+    """Runs `sotto tokens --jsonl cmd` on values (one JSON line each); returns
+    (exit status, [answer per line])."""
+    data = "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in values).encode("utf-8")
+    proc = subprocess.run([sotto, "tokens", "--model", model, "--jsonl", cmd], input=data,
+                          capture_output=True, timeout=300)
+    lines = proc.stdout.decode("utf-8").splitlines()
+    return proc.returncode, [json.loads(x) for x in lines]
+
+
 def manifest_texts(path):
     with open(path, encoding="utf-8", newline="") as f:
         rows = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
@@ -114,22 +133,53 @@ def main():
     seen = set()
     strings = [s for s in strings if not (s in seen or seen.add(s))]
 
-    n_enc = n_rt = 0
-    for s in strings:
+    n_enc = n_rt = n_plain = 0
+    jstrings = [s for s in strings if "\x00" not in s]
+    code, got_all = sotto_jsonl(a.sotto, a.model, "encode", jstrings)
+    if code != 0 or len(got_all) != len(jstrings):
+        failures.append(f"encode --jsonl: exit {code}, {len(got_all)} answers for {len(jstrings)} lines")
+        got_all = []
+    encoded = dict(zip(jstrings, got_all))
+    good = [s for s in jstrings if encoded.get(s) == hf.encode(s, add_special_tokens=False).ids]
+    code, back_all = sotto_jsonl(a.sotto, a.model, "decode", [encoded[s] for s in good])
+    if code != 0 or len(back_all) != len(good):
+        failures.append(f"decode --jsonl: exit {code}, {len(back_all)} answers for {len(good)} lines")
+        back_all = []
+    decoded = dict(zip(good, back_all))
+    for k, s in enumerate(strings):
         want = hf.encode(s, add_special_tokens=False).ids
+        plain = "\x00" in s or k % 20 == 0
         try:
-            got = sotto_encode(a.sotto, a.model, s)
+            got = sotto_encode(a.sotto, a.model, s) if plain else encoded.get(s)
+            if got is None:
+                continue  # counted in the --jsonl failure above
+            if plain and s in encoded and encoded[s] != got:
+                failures.append(f"encode {s[:60]!r}: --jsonl {encoded[s][:20]} != plain {got[:20]}")
             n_enc += 1
             if got != want:
                 failures.append(f"encode {s[:60]!r}: sotto {got[:20]} != HF {want[:20]}")
                 continue
-            back = sotto_decode(a.sotto, a.model, got)
+            back = sotto_decode(a.sotto, a.model, got) if plain else decoded.get(s)
+            if back is None:
+                continue
+            if plain and s in decoded and decoded[s] != back:
+                failures.append(f"decode of {s[:60]!r}: --jsonl {decoded[s][:60]!r} != plain {back[:60]!r}")
+            n_plain += plain
             n_rt += 1
             # sotto's decode returns a NUL-terminated string: compare up to a NUL.
             if back != s.split("\x00")[0]:
                 failures.append(f"round trip {s[:60]!r}: got {back[:60]!r}")
         except RuntimeError as e:
             failures.append(f"{s[:60]!r}: {e}")
+
+    # --jsonl's errors: each bad line answered on its own line, the others still answered, exit 1
+    for cmd, values, bad in (("encode", ["a b", 7, "c"], 1), ("encode", ["x", "nul \x00 here", "y"], 1),
+                             ("decode", [[64], "not ids", [65, 1.5], [66]], (1, 2))):
+        bad = bad if isinstance(bad, tuple) else (bad,)
+        code, ans = sotto_jsonl(a.sotto, a.model, cmd, values)
+        errs = [i for i, x in enumerate(ans) if isinstance(x, dict) and "error" in x]
+        if code != 1 or len(ans) != len(values) or tuple(errs) != bad:
+            failures.append(f"{cmd} --jsonl with bad lines {values!r}: exit {code}, answers {ans!r}")
 
     rng = random.Random(a.seed)
     vocab = hf.get_vocab(with_added_tokens=True)
@@ -140,23 +190,33 @@ def main():
     nul_ids = {i for t, i in vocab.items() if "\u0100" in t}
     pool = [i for i in range(n_ids + 1600) if i not in nul_ids]
     byte_pool = [i for i in range(256) if i not in nul_ids]
-    n_dec = 0
+    seqs, wants = [], []
     for k in range(a.random):
         src = byte_pool if k % 2 else pool
         ids = [rng.choice(src) for _ in range(rng.randint(1, 12))]
-        want = hf.decode(ids)
+        seqs.append(ids)
+        wants.append(hf.decode(ids))
+    code, got_all = sotto_jsonl(a.sotto, a.model, "decode", seqs)
+    if code != 0 or len(got_all) != len(seqs):
+        failures.append(f"random decodes --jsonl: exit {code}, {len(got_all)} answers for {len(seqs)} lines")
+        got_all = []
+    n_dec = 0
+    for ids, want, got in zip(seqs, wants, got_all):
+        n_dec += 1
+        if got != want:
+            failures.append(f"decode {ids}: sotto {got!r} != HF {want!r}")
+    for ids, want in list(zip(seqs, wants))[::20]:  # the plain decode alike
         try:
             got = sotto_decode(a.sotto, a.model, ids)
-            n_dec += 1
             if got != want:
-                failures.append(f"decode {ids}: sotto {got!r} != HF {want!r}")
+                failures.append(f"decode {ids} (plain): sotto {got!r} != HF {want!r}")
         except RuntimeError as e:
-            failures.append(f"decode {ids}: {e}")
+            failures.append(f"decode {ids} (plain): {e}")
 
     for f in failures[:50]:
         print("FAIL", f)
-    print(f"{n_enc} strings encoded and compared with HF, {n_rt} round trips, "
-          f"{n_dec} random decodes compared; {len(failures)} failure(s)")
+    print(f"{n_enc} strings encoded and compared with HF, {n_rt} round trips ({n_plain} also one "
+          f"per process), {n_dec} random decodes compared; {len(failures)} failure(s)")
     return 1 if failures or n_enc == 0 else 0
 
 
