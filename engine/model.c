@@ -767,10 +767,12 @@ sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params,
      * chosen by the reader once the dimensions are known */
     if (sotto_policy_resolve(&m->policy, sotto_model_asked_weights(m), 0, p.policy, err)) goto fail;
     if (p.calib && !(m->calib = sotto_calib_load(p.calib, err))) goto fail;
-    m->tok = sotto_tokenizer_load_dir(dir, err);
-    if (!m->tok) goto fail;
     int rc = fmt == SOTTO_MODEL_FORMAT_CT2 ? sotto_load_ct2(m, dir, err) : sotto_load_hf(m, dir, err);
     if (rc) goto fail;
+    /* after the weights: a damaged checkpoint is refused without parsing the
+     * ~50k-entry vocabulary and merges first */
+    m->tok = sotto_tokenizer_load_dir(dir, err);
+    if (!m->tok) goto fail;
     m->format_name = fmt == SOTTO_MODEL_FORMAT_CT2 ? "ct2" : "hf";
     sotto_calib_free(m->calib);
     m->calib = NULL;
