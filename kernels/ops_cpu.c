@@ -14,26 +14,30 @@
 
 void sotto_layer_norm(const float *x, float *y, int n, int d, const float *gamma,
                       const float *beta, float eps) {
+    if (n <= 0 || d <= 0) return;
+    const size_t bytes = sizeof(float) * (size_t)n * (size_t)d;
+    sotto__tile_region(x, bytes);
+    sotto__tile_region(y, bytes);
+    sotto__tile_region(gamma, sizeof(float) * (size_t)d);
+    sotto__tile_region(beta, sizeof(float) * (size_t)d);
 #pragma omp parallel for schedule(static) if ((size_t)n * d >= PAR_MIN_WORK)
-    for (int r = 0; r < n; r++) {
-        const float *xr = x + (size_t)r * d;
-        float *yr = y + (size_t)r * d;
-        double sum = 0.0;
-        for (int i = 0; i < d; i++) sum += xr[i];
-        float mean = (float)(sum / d);
-        double var = 0.0;
-        for (int i = 0; i < d; i++) {
-            float c = xr[i] - mean;
-            var += (double)c * c;
-        }
-        float inv = 1.0f / sqrtf((float)(var / d) + eps);
-        for (int i = 0; i < d; i++) yr[i] = (xr[i] - mean) * inv * gamma[i] + beta[i];
-    }
+    for (int r = 0; r < n; r++)
+        sotto__layer_norm_row(x + (size_t)r * d, y + (size_t)r * d, d, gamma, beta, eps);
 }
 
 void sotto_gelu(float *x, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN_WORK)
-    for (size_t i = 0; i < n; i++) x[i] = sotto_fast_gelu(x[i]);
+    sotto__tile_region(x, sizeof(float) * n);
+    if (n < PAR_MIN_WORK) {
+        sotto__gelu_span(x, n);
+        return;
+    }
+#pragma omp parallel
+    { /* one contiguous span per thread, as schedule(static) gave */
+        const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+        const size_t i0 = n / nt * t + (t < n % nt ? t : n % nt);
+        const size_t i1 = i0 + n / nt + (t < n % nt);
+        sotto__gelu_span(x + i0, i1 - i0);
+    }
 }
 
 void sotto_softmax_rows(float *x, int n, int d) {
@@ -62,10 +66,10 @@ float sotto_log_softmax(float *x, int d) {
 }
 
 void sotto_add_bias_rows(float *x, const float *b, int n, int d) {
-    for (int r = 0; r < n; r++) {
-        float *xr = x + (size_t)r * d;
-        for (int i = 0; i < d; i++) xr[i] += b[i];
-    }
+    if (n <= 0 || d <= 0) return;
+    sotto__tile_region(x, sizeof(float) * (size_t)n * (size_t)d);
+    sotto__tile_region(b, sizeof(float) * (size_t)d);
+    for (int r = 0; r < n; r++) sotto__add_bias_row(x + (size_t)r * d, b, d);
 }
 
 /* Query rows per work item of the attention. */

@@ -1,8 +1,10 @@
 /* tile_check.h - the memory contract of the tiles, the kernels' hot inner
  * loops: the skinny kernels and row dequantizers of each weight format
  * (linear_{f32,q8,nf4,nvfp4}.c) and the attention's softmax rows and
- * per-row attention over K^T (attn_tiles.c). Their callers, linear.c and
- * ops_cpu.c, check it in AddressSanitizer builds.
+ * per-row attention over K^T (attn_tiles.c); the layer norm's rows, GELU and
+ * bias rows (eltwise_tiles.c); the quantizers' element codecs and row
+ * quantizers (quant_tiles.c). Their callers, linear.c, ops_cpu.c and
+ * quant.c, check it in AddressSanitizer builds.
  *
  * Why: in the sanitized build (SOTTO_SANITIZE) the unit tests run the tiles
  * instrumented like every other file, but the programs (sotto, sotto-server)
@@ -31,6 +33,7 @@
 #include "linear.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SOTTO_TILE_CHECKS 1
@@ -113,5 +116,29 @@ void sotto__softmax_row(float *x, int d);
 void sotto__attention_rows_kt(const float *q, int q_stride, const float *kt, int kt_stride,
                               const float *v, int v_stride, float *out, int out_stride, int nr,
                               int n_kv, int dh, float scale, float *s);
+
+/* The element-wise tiles (eltwise_tiles.c), called from ops_cpu.c after the
+ * checks: one row of d of the layer norm (x into y; gamma, beta [d]); GELU of
+ * the n floats at x, in place; the d floats of b added to the row at x. */
+void sotto__layer_norm_row(const float *x, float *y, int d, const float *gamma, const float *beta,
+                           float eps);
+void sotto__gelu_span(float *x, size_t n);
+void sotto__add_bias_row(float *x, const float *b, int d);
+
+/* The quantizers' tiles (quant_tiles.c), called from quant.c after the checks:
+ * whether the n floats at p are all finite; bf16 of n floats; one row of cols
+ * elements in q8 (32-element blocks: q, scales[cols / 32]), nf4 (64: q[cols /
+ * 2], absmax[cols / 64]) or nvfp4 (16: q[cols / 2], E4M3 scales[cols / 16],
+ * gp the tensor's 1 / global scale), round-to-nearest or with the scale
+ * search (h: the columns' importance, or NULL). */
+int sotto__all_finite(const float *p, size_t n);
+void sotto__quant_bf16_rows(uint16_t *dst, const float *src, size_t n);
+void sotto__quant_q8_row(int8_t *q, float *scales, const float *x, int cols);
+void sotto__quant_nf4_row(uint8_t *q, float *absmax, const float *x, int cols);
+void sotto__quant_nvfp4_row(uint8_t *q, uint8_t *scales, const float *x, int cols, float gp);
+void sotto__quant_nf4_row_search(uint8_t *q, float *absmax, const float *x, const float *h,
+                                 int cols);
+void sotto__quant_nvfp4_row_search(uint8_t *q, uint8_t *scales, const float *x,
+                                   const float *h, int cols, float gp);
 
 #endif

@@ -1,17 +1,22 @@
 /* test_tile_check.c - the tiles as the sanitized programs run them
  * (kernels/tile_check.h). In a SOTTO_SANITIZE build this test links the
- * uninstrumented copy of linear_{f32,q8,nf4,nvfp4}.c and attn_tiles.c, as
- * sotto-server does, and checks that
+ * uninstrumented copy of linear_{f32,q8,nf4,nvfp4}.c, attn_tiles.c,
+ * eltwise_tiles.c and quant_tiles.c, as sotto-server does, and checks that
  *   1. that copy is the one linked, and it computes what the scalar reference
  *      does: every format (NF4 also double-quantized), n = 1..5 rows of x,
  *      rows and columns with tails; the row dequantizer likewise; and the
  *      attention tiles: the decoder's rows over K^T against a
- *      double-precision computation, and the softmax rows;
+ *      double-precision computation, and the softmax rows; the quantizers'
+ *      rows of every format, dequantized, within its rounding of the source,
+ *      and the scale search no worse than round-to-nearest; the layer norm,
+ *      GELU and bias rows against double precision;
  *   2. a caller's short buffer is still reported by AddressSanitizer, from the
  *      region check in linear.c or ops_cpu.c before the tile runs: y, x, the
  *      weights, their scales, NF4's double-quantization codes, a dequantizer's
  *      destination, the attention's q, K^T, V, out and scores, a softmax's
- *      rows, each one element short. Each case runs in a child process of its own
+ *      rows, a quantizer's source rows, destination, scales and importance
+ *      weights, the layer norm's x, y and gamma, GELU's span, a bias, each
+ *      one element short. Each case runs in a child process of its own
  *      (this program with --die CASE), which must exit non-zero with an ASan
  *      report whose stack names tile_check.h.
  * Without AddressSanitizer part 2 cannot run: after part 1 the test exits 77,
@@ -23,6 +28,7 @@
 #include "linear_ref.h"
 #include "ops.h"
 #include "quant.h"
+#include "sotto_err.h"
 #include "tile_check.h"
 
 #include <math.h>
@@ -180,6 +186,158 @@ static void check_attention(void) {
         }
 }
 
+/* Part 1: the quantizers' tiles (the programs' copy): each format's rows,
+ * dequantized, are within its rounding of the source (relative RMS error),
+ * the scale search with importance weights never does worse on its own
+ * measure than round-to-nearest, and non-finite input is refused. The values
+ * themselves are checked against bitsandbytes' and compressed-tensors' vectors
+ * by test_quant, on the instrumented copy. */
+static void fmt_bytes(sotto_wfmt fmt, size_t n, size_t *dbytes, size_t *sbytes) {
+    *sbytes = 0;
+    switch (fmt) {
+    case SOTTO_WFMT_BF16: *dbytes = n * 2; break;
+    case SOTTO_WFMT_Q8: *dbytes = n, *sbytes = n / 32 * 4; break;
+    case SOTTO_WFMT_NF4: *dbytes = n / 2, *sbytes = n / 64 * 4; break;
+    case SOTTO_WFMT_NVFP4: *dbytes = n / 2, *sbytes = n / 16; break;
+    default: *dbytes = n * 4; break;
+    }
+}
+
+static void check_quantizers(void) {
+    const int rows = 6, cols = 192; /* 3 nf4 blocks, 12 nvfp4, 6 q8 per row */
+    const size_t n = (size_t)rows * cols;
+    const sotto_wfmt qf[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4};
+    const double bound[] = {0.005, 0.02, 0.15, 0.15};
+    float *src = malloc(sizeof(float) * n), *back = malloc(sizeof(float) * n), *h = malloc(sizeof(float) * cols);
+    float amax = 0;
+    for (size_t i = 0; i < n; i++) src[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f), amax = fmaxf(amax, fabsf(src[i]));
+    for (int c = 0; c < cols; c++) h[c] = 0.1f + fabsf(frand());
+    for (size_t f = 0; f < sizeof qf / sizeof qf[0]; f++) {
+        for (int search = 0; search <= 1; search++) {
+            if (search && f < 2) continue; /* the search is for the 4-bit formats */
+            sotto_wmat w = {0};
+            w.fmt = qf[f], w.rows = rows, w.cols = cols;
+            size_t dbytes, sbytes;
+            fmt_bytes(qf[f], n, &dbytes, &sbytes);
+            CHECK_EQ_INT(dbytes + sbytes, sotto_wfmt_bytes(qf[f], rows, cols));
+            void *data = calloc(1, dbytes), *scales = calloc(1, sbytes ? sbytes : 1);
+            w.data = data, w.scales = scales;
+            if (qf[f] == SOTTO_WFMT_NVFP4) w.global_scale = sotto_nvfp4_global_scale(amax);
+            sotto_quant_opts o = {search, h};
+            CHECK_EQ_INT(sotto_quantize_rows_opt(&w, data, scales, src, 0, rows, &o), 0);
+            sotto_wmat_dequantize_rows(&w, 0, rows, back);
+            double e2 = 0, s2 = 0, we = 0;
+            for (size_t i = 0; i < n; i++) {
+                double d = (double)back[i] - src[i];
+                e2 += d * d, s2 += (double)src[i] * src[i], we += h[i % cols] * d * d;
+            }
+            CHECK_MSG(sqrt(e2 / s2) < bound[f], "quantizer %s%s: relative RMS error %g", sotto_wfmt_name(qf[f]),
+                      search ? " (search)" : "", sqrt(e2 / s2));
+            if (f >= 2) { /* the search's weighted error against round-to-nearest's */
+                static double rtn_we;
+                if (!search) rtn_we = we;
+                else CHECK_MSG(we <= rtn_we * (1 + 1e-6), "%s: search error %g > round-to-nearest %g",
+                               sotto_wfmt_name(qf[f]), we, rtn_we);
+            }
+            float keep = src[5];
+            src[5] = NAN;
+            CHECK_EQ_INT(sotto_quantize_rows_opt(&w, data, scales, src, 0, rows, &o), SOTTO_E_FORMAT);
+            src[5] = keep;
+            free(data), free(scales);
+        }
+    }
+    free(src), free(back), free(h);
+}
+
+/* Part 1: the element-wise tiles (the programs' copy) against double
+ * precision: layer norm rows, GELU (erf form), bias rows; widths with tails,
+ * GELU also over the parallel split. */
+static void check_eltwise(void) {
+    static const int ds[] = {1, 7, 64, 385};
+    for (size_t t = 0; t < sizeof ds / sizeof ds[0]; t++) {
+        const int n = 3, d = ds[t];
+        float *x = malloc(sizeof(float) * n * d), *y = malloc(sizeof(float) * n * d);
+        float *g = malloc(sizeof(float) * d), *b = malloc(sizeof(float) * d);
+        for (int i = 0; i < n * d; i++) x[i] = 3 * frand();
+        for (int i = 0; i < d; i++) g[i] = frand(), b[i] = frand();
+        sotto_layer_norm(x, y, n, d, g, b, 1e-5f);
+        double worst = 0;
+        for (int r = 0; r < n; r++) {
+            double m = 0, v = 0;
+            for (int i = 0; i < d; i++) m += x[r * d + i];
+            m /= d;
+            for (int i = 0; i < d; i++) v += (x[r * d + i] - m) * (x[r * d + i] - m);
+            v /= d;
+            for (int i = 0; i < d; i++) {
+                double want = (x[r * d + i] - m) / sqrt(v + 1e-5) * g[i] + b[i];
+                worst = fmax(worst, fabs(y[r * d + i] - want));
+            }
+        }
+        CHECK_MSG(worst < 1e-4, "layer norm d=%d: max error %g", d, worst);
+        memcpy(y, x, sizeof(float) * n * d);
+        sotto_add_bias_rows(y, b, n, d);
+        for (int i = 0; i < n * d; i++) CHECK(y[i] == x[i] + b[i % d]);
+        free(x), free(y), free(g), free(b);
+    }
+    static const size_t ns[] = {5, 1000, 40000, 100003}; /* the last two in parallel */
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        float *x = malloc(sizeof(float) * ns[t]), *x0 = malloc(sizeof(float) * ns[t]);
+        for (size_t i = 0; i < ns[t]; i++) x0[i] = x[i] = 6 * frand();
+        sotto_gelu(x, ns[t]);
+        double worst = 0;
+        for (size_t i = 0; i < ns[t]; i++) {
+            double want = 0.5 * x0[i] * (1 + erf(x0[i] / sqrt(2.0)));
+            worst = fmax(worst, fabs(x[i] - want) / fmax(fabs(want), 1e-3));
+        }
+        CHECK_MSG(worst < 1e-4, "gelu n=%zu: max relative error %g", ns[t], worst);
+        free(x), free(x0);
+    }
+}
+
+/* Part 2, in the child: the element-wise cases. */
+static int die_eltwise(const char *what) {
+    const int n = 3, d = 64;
+    size_t sx = 0, sy = 0, sg = 0, sb = 0;
+    int op = 0; /* 0 layer norm, 1 gelu, 2 bias rows */
+    if (strcmp(what, "layernorm-x") == 0) sx = 1;
+    else if (strcmp(what, "layernorm-y") == 0) sy = 1;
+    else if (strcmp(what, "layernorm-gamma") == 0) sg = 1;
+    else if (strcmp(what, "gelu") == 0) op = 1, sx = 1;
+    else if (strcmp(what, "bias") == 0) op = 2, sb = 1;
+    else return 2;
+    float *x = calloc((size_t)n * d - sx, sizeof(float)), *y = calloc((size_t)n * d - sy, sizeof(float));
+    float *g = calloc((size_t)d - sg, sizeof(float)), *b = calloc((size_t)d - sb, sizeof(float));
+    if (op == 0) sotto_layer_norm(x, y, n, d, g, b, 1e-5f);
+    else if (op == 1) sotto_gelu(x, (size_t)n * d);
+    else sotto_add_bias_rows(y, b, n, d);
+    free(x), free(y), free(g), free(b);
+    return 0;
+}
+
+/* Part 2, in the child: the quantizers' cases (q8 and nf4 round-to-nearest,
+ * nvfp4 with the scale search and importance). */
+static int die_quant(const char *what) {
+    const int rows = 4, cols = 128;
+    const size_t n = (size_t)rows * cols;
+    size_t ssrc = 0, sdst = 0, ssc = 0, sh = 0;
+    sotto_wfmt fmt = SOTTO_WFMT_NF4;
+    if (strcmp(what, "quant-src") == 0) ssrc = 1;
+    else if (strcmp(what, "quant-dst") == 0) sdst = 1;
+    else if (strcmp(what, "quant-scales") == 0) fmt = SOTTO_WFMT_Q8, ssc = 1;
+    else if (strcmp(what, "quant-importance") == 0) fmt = SOTTO_WFMT_NVFP4, sh = 1;
+    else return die_eltwise(what);
+    size_t dbytes, sbytes;
+    fmt_bytes(fmt, n, &dbytes, &sbytes);
+    float *src = calloc(n - ssrc, sizeof(float)), *h = calloc((size_t)cols - sh, sizeof(float));
+    void *data = malloc(dbytes - sdst), *scales = malloc(sbytes - ssc);
+    sotto_wmat w = {0};
+    w.fmt = fmt, w.rows = rows, w.cols = cols, w.data = data, w.scales = scales, w.global_scale = 1.0f;
+    sotto_quant_opts o = {fmt == SOTTO_WFMT_NVFP4, h};
+    sotto_quantize_rows_opt(&w, data, scales, src, 0, rows, &o);
+    free(src), free(h), free(data), free(scales);
+    return 0;
+}
+
 /* Part 2, in the child: the attention's cases. */
 static int die_attention(const char *what) {
     const int nr = 3, n_kv = 37, dh = 64;
@@ -191,7 +349,7 @@ static int die_attention(const char *what) {
     else if (strcmp(what, "attention-v") == 0) sv = 1;
     else if (strcmp(what, "attention-q") == 0) sq = 1;
     else if (strcmp(what, "softmax") == 0) softmax = 1;
-    else return 2;
+    else return die_quant(what);
     float *q = calloc((size_t)nr * dh - sq, sizeof(float)), *kt = calloc((size_t)dh * n_kv - skt, sizeof(float));
     float *v = calloc((size_t)n_kv * dh - sv, sizeof(float)), *out = malloc(sizeof(float) * ((size_t)nr * dh - so));
     float *sc = calloc((size_t)nr * n_kv - ss - softmax, sizeof(float));
@@ -266,13 +424,17 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--die") == 0) return die(argv[2]);
     check_values();
     check_attention();
+    check_quantizers();
+    check_eltwise();
 #ifdef SOTTO_TILE_CHECKS
     CHECK_MSG(!sotto__tiles_instrumented(),
               "the instrumented tiles are linked: this test must see the programs' copy");
     static const char *cases[] = {"y",          "x",         "weights",       "q8-scales",
                                   "nf4-scales", "nf4-codes", "nvfp4-weights", "dequant-dst",
                                   "attention-scores", "attention-out", "attention-kt",
-                                  "attention-v", "attention-q", "softmax"};
+                                  "attention-v", "attention-q", "softmax", "quant-src",
+                                  "quant-dst", "quant-scales", "quant-importance",
+                                  "layernorm-x", "layernorm-y", "layernorm-gamma", "gelu", "bias"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_reported("/proc/self/exe", cases[i]);
     return check_report();
 #else
