@@ -217,28 +217,16 @@ static uint8_t dyn8_quantize(const float *code, float x) {
  * the arguments, and in AddressSanitizer builds of the memory contract: the
  * rows of src (and importance) read, the rows of data and scales written. */
 
-/* The bytes the tiles write for rows [r0, r0 + nr) in w's format, from data
- * and scales (tile_check.h: addressable, or ASan's report). */
+/* The bytes the tiles read and write for rows [r0, r0 + nr): src's rows, and
+ * data's and scales' in w's format (tile_check.h: addressable, or ASan's
+ * report). The quantizers write plain block scales, never NF4's double
+ * quantization. */
 static void check_quant_rows(const sotto_wmat *w, const void *data, const void *scales,
-                             const float *src, size_t base, size_t n) {
-    const char *d = (const char *)data, *sc = (const char *)scales;
-    sotto__tile_region(src, n * sizeof(float));
-    switch (w->fmt) {
-    case SOTTO_WFMT_BF16: sotto__tile_region(d + base * 2, n * 2); break;
-    case SOTTO_WFMT_Q8:
-        sotto__tile_region(d + base, n);
-        sotto__tile_region(sc + base / 32 * sizeof(float), n / 32 * sizeof(float));
-        break;
-    case SOTTO_WFMT_NF4:
-        sotto__tile_region(d + base / 2, n / 2);
-        sotto__tile_region(sc + base / 64 * sizeof(float), n / 64 * sizeof(float));
-        break;
-    case SOTTO_WFMT_NVFP4:
-        sotto__tile_region(d + base / 2, n / 2);
-        sotto__tile_region(sc + base / 16, n / 16);
-        break;
-    default: break; /* f32: a memcpy, which ASan intercepts */
-    }
+                             const float *src, int r0, int nr) {
+    sotto_wmat t = *w;
+    t.data = data, t.scales = scales, t.nf4_dq = NULL;
+    sotto__tile_region(src, sizeof(float) * (size_t)nr * (size_t)w->cols);
+    sotto__tile_wrows(&t, r0, nr);
 }
 
 /* ---- scale search ------------------------------------------------------------
@@ -258,7 +246,7 @@ int sotto_quantize_rows_opt(sotto_wmat *w, void *data, void *scales, const float
     if (block <= 0 || cols <= 0 || cols % block || r0 < 0 || nr < 0 || r0 + nr > w->rows)
         return SOTTO_E_INVALID;
     const size_t base = (size_t)r0 * (size_t)cols, n = (size_t)nr * (size_t)cols;
-    check_quant_rows(w, data, scales, src, base, n);
+    check_quant_rows(w, data, scales, src, r0, nr);
     if (o->importance) sotto__tile_region(o->importance, (size_t)cols * sizeof(float));
     if (!sotto__all_finite(src, n)) return SOTTO_E_FORMAT;
     if (o->importance && !sotto__all_finite(o->importance, (size_t)cols)) return SOTTO_E_FORMAT;
@@ -285,7 +273,7 @@ int sotto_quantize_rows(sotto_wmat *w, void *data, void *scales, const float *sr
     if (block <= 0 || cols <= 0 || cols % block || r0 < 0 || nr < 0 || r0 + nr > w->rows)
         return SOTTO_E_INVALID;
     const size_t base = (size_t)r0 * (size_t)cols; /* first element of row r0 */
-    check_quant_rows(w, data, scales, src, base, (size_t)nr * (size_t)cols);
+    check_quant_rows(w, data, scales, src, r0, nr);
     if (!sotto__all_finite(src, (size_t)nr * (size_t)cols)) return SOTTO_E_FORMAT;
     switch (w->fmt) {
     case SOTTO_WFMT_F32:
