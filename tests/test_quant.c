@@ -7,6 +7,7 @@
 #include "half.h"
 #include "linear.h"
 #include "linear_ref.h"
+#include "qmat.h"
 #include "quant.h"
 #include "sotto_err.h"
 #include "threads.h"
@@ -286,69 +287,24 @@ static void test_double_quant(void) {
 
 /* ---- quantizers -------------------------------------------------------------------------- */
 
-typedef struct {
-    sotto_wmat w;
-    void *data, *scales;
-    sotto_nf4_dq dq;
-    uint8_t *dq_codes;
-    float *dq_nested;
-} qmat;
-
-/* Buffers for src [rows][cols] in fmt (and NVFP4's global scale). */
-static void qmat_alloc(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src) {
-    memset(q, 0, sizeof *q);
-    q->w.fmt = fmt, q->w.rows = rows, q->w.cols = cols;
-    size_t n = (size_t)rows * cols;
-    q->data = calloc(n * 4 + 64, 1);
-    q->scales = calloc(n * 4 / 16 + 64, 1);
-    q->w.data = q->data, q->w.scales = q->scales;
-    if (fmt == SOTTO_WFMT_NVFP4) {
-        float amax = 0;
-        for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
-        q->w.global_scale = sotto_nvfp4_global_scale(amax);
-    }
-}
-
-/* Quantizes src [rows][cols] into fmt (in chunks of `chunk` rows). */
-static int qmat_make(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src, int chunk,
-                     int double_quant) {
-    qmat_alloc(q, fmt, rows, cols, src);
-    size_t n = (size_t)rows * cols;
-    for (int r = 0; r < rows; r += chunk) {
-        int nr = rows - r < chunk ? rows - r : chunk;
-        int rc = sotto_quantize_rows(&q->w, q->data, q->scales, src + (size_t)r * cols, r, nr);
-        if (rc) return rc;
-    }
-    if (fmt == SOTTO_WFMT_NF4 && double_quant) {
-        size_t nb = n / 64;
-        q->dq_codes = malloc(nb);
-        q->dq_nested = malloc(sizeof(float) * ((nb + 255) / 256));
-        sotto_nf4_double_quant(q->scales, nb, q->dq_codes, q->dq_nested, &q->dq.offset);
-        q->dq.codes = q->dq_codes, q->dq.nested_absmax = q->dq_nested;
-        q->w.nf4_dq = &q->dq;
-    }
-    return 0;
-}
-
-static void qmat_free(qmat *q) {
-    free(q->data), free(q->scales), free(q->dq_codes), free(q->dq_nested);
-}
+/* Matrices are tests/qmat.h's test_qmat: exact-size buffers, so a kernel that
+ * reads past a matrix is reported under ASan. */
 
 static void test_bf16_q8_roundtrip(void) {
     float src[2 * 32], back[2 * 32];
     for (int i = 0; i < 64; i++) src[i] = (float)(i - 20) * 0.375f; /* bf16-exact values */
-    qmat q;
-    CHECK_EQ_INT(qmat_make(&q, SOTTO_WFMT_BF16, 2, 32, src, 2, 0), 0);
+    test_qmat q;
+    CHECK_EQ_INT(test_qmat_make(&q, SOTTO_WFMT_BF16, 2, 32, src, 2, 0), 0);
     sotto_wmat_dequantize_rows(&q.w, 0, 2, back);
     CHECK(memcmp(src, back, sizeof src) == 0);
     CHECK(((uint16_t *)q.data)[0] == sotto_f32_to_bf16(src[0]));
-    qmat_free(&q);
+    test_qmat_free(&q);
     /* bf16 rounds to nearest even: 1 + 2^-8 is a tie -> 1, 1 + 3 * 2^-8 -> 1 + 2^-6 */
     float t[3] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -3.0f}, tb[3];
-    CHECK_EQ_INT(qmat_make(&q, SOTTO_WFMT_BF16, 1, 3, t, 1, 0), 0);
+    CHECK_EQ_INT(test_qmat_make(&q, SOTTO_WFMT_BF16, 1, 3, t, 1, 0), 0);
     sotto_wmat_dequantize_rows(&q.w, 0, 1, tb);
     CHECK(tb[0] == 1.0f && tb[1] == 1.0f + 0x1p-6f && tb[2] == -3.0f);
-    qmat_free(&q);
+    test_qmat_free(&q);
 
     /* Q8 by hand: absmax 127 -> scale 1, values round to nearest even */
     for (int i = 0; i < 32; i++) src[i] = (float)(i - 16) + 0.5f;
@@ -357,7 +313,7 @@ static void test_bf16_q8_roundtrip(void) {
     src[2] = 3.5f;  /* tie -> 4 */
     src[3] = -0.4f; /* -> 0 */
     for (int i = 32; i < 64; i++) src[i] = 0.0f; /* an all-zero block */
-    CHECK_EQ_INT(qmat_make(&q, SOTTO_WFMT_Q8, 1, 64, src, 1, 0), 0);
+    CHECK_EQ_INT(test_qmat_make(&q, SOTTO_WFMT_Q8, 1, 64, src, 1, 0), 0);
     const int8_t *qq = q.data;
     const float *sc = q.scales;
     CHECK(sc[0] == 1.0f && sc[1] == 0.0f);
@@ -365,7 +321,7 @@ static void test_bf16_q8_roundtrip(void) {
     sotto_wmat_dequantize_rows(&q.w, 0, 1, back);
     for (int i = 32; i < 64; i++) CHECK(back[i] == 0.0f && !signbit(back[i]));
     CHECK(back[0] == -127.0f && back[1] == 2.0f);
-    qmat_free(&q);
+    test_qmat_free(&q);
 }
 
 static void test_nf4_by_hand(void) {
@@ -374,8 +330,8 @@ static void test_nf4_by_hand(void) {
     for (int i = 0; i < 64; i++) src[i] = 2.0f * sotto_nf4_code[(i * 7 + 3) % 16];
     src[5] = 2.0f; /* make sure absmax is 2 */
     for (int i = 64; i < 128; i++) src[i] = 0.0f;
-    qmat q;
-    CHECK_EQ_INT(qmat_make(&q, SOTTO_WFMT_NF4, 1, 128, src, 1, 0), 0);
+    test_qmat q;
+    CHECK_EQ_INT(test_qmat_make(&q, SOTTO_WFMT_NF4, 1, 128, src, 1, 0), 0);
     const uint8_t *p = q.data;
     const float *am = q.scales;
     CHECK(am[0] == 2.0f && am[1] == 0.0f);
@@ -386,7 +342,7 @@ static void test_nf4_by_hand(void) {
     CHECK(memcmp(src, back, 64 * sizeof(float)) == 0);
     for (int i = 64; i < 128; i++) CHECK(back[i] == 0.0f && !isnan(back[i]));
     CHECK_EQ_INT(p[32], 0x00); /* zero block: code 0, as bitsandbytes' CUDA kernel */
-    qmat_free(&q);
+    test_qmat_free(&q);
 }
 
 static void test_nvfp4_by_hand(void) {
@@ -397,8 +353,8 @@ static void test_nvfp4_by_hand(void) {
     memcpy(src, b0, sizeof b0);
     for (int i = 16; i < 32; i++) src[i] = 0.0f;                 /* zero block */
     for (int i = 32; i < 48; i++) src[i] = (i == 40) ? 2688.0f : 0.0f; /* amax block */
-    qmat q;
-    CHECK_EQ_INT(qmat_make(&q, SOTTO_WFMT_NVFP4, 1, 48, src, 1, 0), 0);
+    test_qmat q;
+    CHECK_EQ_INT(test_qmat_make(&q, SOTTO_WFMT_NVFP4, 1, 48, src, 1, 0), 0);
     CHECK(q.w.global_scale == 1.0f);
     CHECK(sotto_nvfp4_global_scale(2688.0f) == 1.0f);
     CHECK(sotto_nvfp4_global_scale(0.0f) == 1.0f);
@@ -420,7 +376,7 @@ static void test_nvfp4_by_hand(void) {
     CHECK(memcmp(back, want0, sizeof want0) == 0);
     for (int i = 16; i < 32; i++) CHECK(back[i] == 0.0f);
     CHECK(back[40] == 2688.0f); /* 6 * 448 * 1 */
-    qmat_free(&q);
+    test_qmat_free(&q);
 }
 
 static void test_quant_errors(void) {
@@ -465,9 +421,9 @@ static void test_quant_error_bounds(void) {
         float *src = malloc(n * 4), *back = malloc(n * 4), *back2 = malloc(n * 4);
         for (size_t i = 0; i < n; i++) src[i] = grand() * 0.03f;
         for (size_t f = 0; f < 5; f++) {
-            qmat q, q2;
-            CHECK_EQ_INT(qmat_make(&q, fmts[f], rows, cols, src, rows, dq[f]), 0);
-            CHECK_EQ_INT(qmat_make(&q2, fmts[f], rows, cols, src, 3, dq[f]), 0);
+            test_qmat q, q2;
+            CHECK_EQ_INT(test_qmat_make(&q, fmts[f], rows, cols, src, rows, dq[f]), 0);
+            CHECK_EQ_INT(test_qmat_make(&q2, fmts[f], rows, cols, src, 3, dq[f]), 0);
             sotto_wmat_dequantize_rows(&q.w, 0, rows, back);
             /* row by row, in odd pieces */
             for (int r = 0; r < rows; r += 2)
@@ -486,7 +442,7 @@ static void test_quant_error_bounds(void) {
             if (s == 3)
                 fprintf(stderr, "  %-5s%s relative RMS error on N(0, .03^2) weights: %.4f\n",
                         sotto_wfmt_name(fmts[f]), dq[f] ? "+dq" : "   ", rel);
-            qmat_free(&q), qmat_free(&q2);
+            test_qmat_free(&q), test_qmat_free(&q2);
         }
         free(src), free(back), free(back2);
     }
@@ -571,8 +527,8 @@ static void ref_nf4(const refcase *c) {
                    *dq = ref_arr(c, "dequant", n);
     if (!in || !pk || !pc || !am || !dq) return;
     float *src = ref_floats(in, n), *back = malloc(sizeof(float) * (unsigned)n);
-    qmat q;
-    CHECK_EQ_INT(qmat_make(&q, SOTTO_WFMT_NF4, rows, cols, src, rows, 0), 0);
+    test_qmat q;
+    CHECK_EQ_INT(test_qmat_make(&q, SOTTO_WFMT_NF4, rows, cols, src, rows, 0), 0);
     const uint8_t *qp = q.data;
     const float *qa = q.scales;
     int bad_c = 0, bad_a = 0, bad_d = 0, cpu_diff = 0, cpu_unexplained = 0;
@@ -601,7 +557,7 @@ static void ref_nf4(const refcase *c) {
     if (cpu_diff)
         fprintf(stderr, "  nf4 %dx%d: %d codes differ from bitsandbytes' CPU path (zero blocks "
                 "and CPU/CUDA threshold windows), none from its CUDA path\n", rows, cols, cpu_diff);
-    qmat_free(&q);
+    test_qmat_free(&q);
     free(src), free(back), free(lib_p), free(lib_a);
 }
 
@@ -642,8 +598,8 @@ static void ref_nvfp4(const refcase *c) {
                    *dq = ref_arr(c, "dequant", n);
     if (!in || !gs || !sc || !pk || !dq) return;
     float *src = ref_floats(in, n), *back = malloc(sizeof(float) * (unsigned)n);
-    qmat q;
-    CHECK_EQ_INT(qmat_make(&q, SOTTO_WFMT_NVFP4, rows, cols, src, rows, 0), 0);
+    test_qmat q;
+    CHECK_EQ_INT(test_qmat_make(&q, SOTTO_WFMT_NVFP4, rows, cols, src, rows, 0), 0);
     /* compressed-tensors stores the reciprocal of sotto's multiplier */
     CHECK_MSG(1.0f / q.w.global_scale == bits_f(gs[0]), "nvfp4 global scale 1/%.9g vs %.9g",
               q.w.global_scale, bits_f(gs[0]));
@@ -664,7 +620,7 @@ static void ref_nvfp4(const refcase *c) {
     CHECK_MSG(bad_s == 0 && bad_p == 0 && bad_d == 0,
               "nvfp4 %dx%d vs compressed-tensors: %d scales, %d packed bytes, %d dequantized differ",
               rows, cols, bad_s, bad_p, bad_d);
-    qmat_free(&q);
+    test_qmat_free(&q);
     free(src), free(back), free(lp), free(ls);
 }
 
@@ -781,7 +737,7 @@ static void x_as_kernel_sees(const sotto_wmat *w, int n, float *x) {
     }
 }
 
-static void check_kernels_on(const qmat *q, const char *label) {
+static void check_kernels_on(const test_qmat *q, const char *label) {
     const sotto_wmat *w = &q->w;
     const int rows = w->rows, cols = w->cols;
     /* fused kernels up to 32 rows of x (16 for f32), dequantize + sgemm above */
@@ -856,13 +812,13 @@ static void test_kernels(void) {
             if (rows > 2) /* an all-zero row */
                 for (int c = 0; c < cols; c++) src[(size_t)2 * cols + c] = 0.0f;
             for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
-                qmat q;
-                CHECK_EQ_INT(qmat_make(&q, fmts[f], rows, cols, src, rows, dq[f]), 0);
+                test_qmat q;
+                CHECK_EQ_INT(test_qmat_make(&q, fmts[f], rows, cols, src, rows, dq[f]), 0);
                 char label[64];
                 snprintf(label, sizeof label, "%s%s/%dt", sotto_wfmt_name(fmts[f]),
                          dq[f] ? "+dq" : "", threads);
                 check_kernels_on(&q, label);
-                qmat_free(&q);
+                test_qmat_free(&q);
             }
             free(src);
         }
@@ -875,12 +831,12 @@ static void test_kernels(void) {
             for (int f = 0; f < 3; f++) {
                 sotto_wfmt fmt = f == 2 ? SOTTO_WFMT_F32 : f ? SOTTO_WFMT_NVFP4 : SOTTO_WFMT_BF16;
                 if (cols % sotto_wfmt_block(fmt)) continue;
-                qmat q;
-                CHECK_EQ_INT(qmat_make(&q, fmt, rows, cols, src, rows, 0), 0);
+                test_qmat q;
+                CHECK_EQ_INT(test_qmat_make(&q, fmt, rows, cols, src, rows, 0), 0);
                 char label[64];
                 snprintf(label, sizeof label, "%s-tail/%dt", sotto_wfmt_name(fmt), threads);
                 check_kernels_on(&q, label);
-                qmat_free(&q);
+                test_qmat_free(&q);
             }
             free(src);
         }
@@ -899,8 +855,8 @@ static void test_kernels_large(void) {
           *yr = malloc(sizeof(float) * n * rows);
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
     for (size_t f = 0; f < 4; f++) {
-        qmat q;
-        CHECK_EQ_INT(qmat_make(&q, fmts[f], rows, cols, src, 256, fmts[f] == SOTTO_WFMT_NF4), 0);
+        test_qmat q;
+        CHECK_EQ_INT(test_qmat_make(&q, fmts[f], rows, cols, src, 256, fmts[f] == SOTTO_WFMT_NF4), 0);
         for (int nn = 1; nn <= n; nn += n - 1) {
             sotto_linear(&q.w, NULL, x, nn, y);
             /* the reference on x as the kernel sees it */
@@ -913,23 +869,23 @@ static void test_kernels_large(void) {
             CHECK_MSG(e < KERNEL_TOL, "%s %dx%d n=%d: vs ref %.3g", sotto_wfmt_name(fmts[f]), rows,
                       cols, nn, e);
         }
-        qmat_free(&q);
+        test_qmat_free(&q);
     }
     free(src), free(x), free(y), free(yr);
 }
 
 /* ---- scale search ------------------------------------------------------------------ */
 
-/* Quantizes src with options into a fresh qmat (all rows at once). */
-static int qmat_make_opt(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src,
+/* Quantizes src with options into a fresh test_qmat (all rows at once). */
+static int qmat_make_opt(test_qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src,
                          const sotto_quant_opts *o) {
-    qmat_alloc(q, fmt, rows, cols, src);
-    return sotto_quantize_rows_opt(&q->w, q->data, q->scales, src, 0, rows, o);
+    if (test_qmat_alloc(q, fmt, rows, cols, src)) return -1;
+    return test_qmat_quantize(q, src, 0, o);
 }
 
 /* Sum over rows of sum_j h_j (w_rj - q_rj)^2, per block of `block` columns
  * into blk[] (rows * cols / block entries) when blk is not NULL. */
-static double weighted_error(const qmat *q, const float *src, const float *h, int block,
+static double weighted_error(const test_qmat *q, const float *src, const float *h, int block,
                              double *blk) {
     int rows = q->w.rows, cols = q->w.cols;
     float *back = malloc(sizeof(float) * (size_t)rows * cols);
@@ -963,9 +919,9 @@ static void test_scale_search(void) {
         int block = sotto_wfmt_block(fmt), nblk = rows * cols / block;
         const char *name = sotto_wfmt_name(fmt);
         /* search off: bit-exact round to nearest */
-        qmat rtn, off, mse, wtd;
+        test_qmat rtn, off, mse, wtd;
         sotto_quant_opts o_off = {0, h}, o_mse = {1, NULL}, o_w = {1, h};
-        CHECK_EQ_INT(qmat_make(&rtn, fmt, rows, cols, src, rows, 0), 0);
+        CHECK_EQ_INT(test_qmat_make(&rtn, fmt, rows, cols, src, rows, 0), 0);
         CHECK_EQ_INT(qmat_make_opt(&off, fmt, rows, cols, src, &o_off), 0);
         CHECK_MSG(memcmp(rtn.data, off.data, sotto_wfmt_bytes(fmt, rows, cols) -
                                                 (fmt == SOTTO_WFMT_NF4 ? (size_t)nblk * 4 : (size_t)nblk)) == 0,
@@ -999,23 +955,23 @@ static void test_scale_search(void) {
         /* the kernels read searched scales like any other */
         check_kernels_on(&wtd, fmt == SOTTO_WFMT_NF4 ? "nf4 searched" : "nvfp4 searched");
         free(b_rtn), free(b_mse), free(bw_rtn), free(bw_w);
-        qmat_free(&rtn), qmat_free(&off), qmat_free(&mse), qmat_free(&wtd);
+        test_qmat_free(&rtn), test_qmat_free(&off), test_qmat_free(&mse), test_qmat_free(&wtd);
         /* a non-finite importance is refused */
         float hbad[256];
         memcpy(hbad, h, sizeof h);
         hbad[17] = NAN;
         sotto_quant_opts o_bad = {1, hbad};
-        qmat bad;
+        test_qmat bad;
         CHECK_EQ_INT(qmat_make_opt(&bad, fmt, rows, cols, src, &o_bad), SOTTO_E_FORMAT);
-        qmat_free(&bad);
+        test_qmat_free(&bad);
     }
     /* other formats ignore the options */
-    qmat a, b;
+    test_qmat a, b;
     sotto_quant_opts o = {1, h};
-    CHECK_EQ_INT(qmat_make(&a, SOTTO_WFMT_Q8, rows, cols, src, rows, 0), 0);
+    CHECK_EQ_INT(test_qmat_make(&a, SOTTO_WFMT_Q8, rows, cols, src, rows, 0), 0);
     CHECK_EQ_INT(qmat_make_opt(&b, SOTTO_WFMT_Q8, rows, cols, src, &o), 0);
     CHECK(memcmp(a.data, b.data, (size_t)rows * cols) == 0);
-    qmat_free(&a), qmat_free(&b);
+    test_qmat_free(&a), test_qmat_free(&b);
     free(src);
 }
 
@@ -1031,8 +987,8 @@ static void test_nonfinite_x(void) {
     float *src = malloc(sizeof(float) * rows * cols);
     for (int i = 0; i < rows * cols; i++) src[i] = frand();
     for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
-        qmat q;
-        CHECK_EQ_INT(qmat_make(&q, fmts[f], rows, cols, src, rows, 0), 0);
+        test_qmat q;
+        CHECK_EQ_INT(test_qmat_make(&q, fmts[f], rows, cols, src, rows, 0), 0);
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             const int n = ns[ni];
             float *x = malloc(sizeof(float) * (size_t)n * cols), *y = malloc(sizeof(float) * (size_t)n * rows);
@@ -1055,7 +1011,7 @@ static void test_nonfinite_x(void) {
             free(x);
             free(y);
         }
-        qmat_free(&q);
+        test_qmat_free(&q);
     }
     free(src);
 }

@@ -27,6 +27,7 @@
 #include "linear_internal.h"
 #include "linear_ref.h"
 #include "ops.h"
+#include "qmat.h"
 #include "quant.h"
 #include "sotto_err.h"
 #include "tile_check.h"
@@ -45,63 +46,22 @@ static float frand(void) {
     return (float)((rng >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
 }
 
-/* A matrix in fmt with its buffers allocated at exactly their sizes, less
- * short_data / short_scales bytes at the end. */
-typedef struct {
-    sotto_wmat w;
-    void *data, *scales;
-    sotto_nf4_dq dq;
-    uint8_t *codes;
-    float *nested;
-} tmat;
-
-static int tmat_make(tmat *t, sotto_wfmt fmt, int rows, int cols, int dq, size_t short_data,
+/* A random matrix in fmt (NF4 double-quantized when dq), its buffers
+ * allocated at exactly their sizes, less short_data / short_scales /
+ * short_codes bytes at the end. */
+static int tmat_make(test_qmat *t, sotto_wfmt fmt, int rows, int cols, int dq, size_t short_data,
                      size_t short_scales, size_t short_codes) {
-    memset(t, 0, sizeof *t);
     const size_t n = (size_t)rows * cols;
     float *src = malloc(sizeof(float) * n);
     if (!src) return -1;
-    float amax = 0;
-    for (size_t i = 0; i < n; i++) src[i] = frand(), amax = fmaxf(amax, fabsf(src[i]));
-    size_t dbytes = 0, sbytes = 0;
-    switch (fmt) {
-    case SOTTO_WFMT_F32: dbytes = n * 4; break;
-    case SOTTO_WFMT_BF16: dbytes = n * 2; break;
-    case SOTTO_WFMT_Q8: dbytes = n, sbytes = n / 32 * 4; break;
-    case SOTTO_WFMT_NF4: dbytes = n / 2, sbytes = n / 64 * 4; break;
-    case SOTTO_WFMT_NVFP4: dbytes = n / 2, sbytes = n / 16; break;
-    default: break;
-    }
+    for (size_t i = 0; i < n; i++) src[i] = frand();
+    size_t dbytes, sbytes;
+    test_qmat_bytes(fmt, n, &dbytes, &sbytes);
     CHECK_EQ_INT(dbytes + sbytes, sotto_wfmt_bytes(fmt, rows, cols));
-    /* quantized into full-size buffers, then copied into the (short) ones */
-    void *d = malloc(dbytes), *s = malloc(sbytes ? sbytes : 1);
-    t->w.fmt = fmt, t->w.rows = rows, t->w.cols = cols;
-    t->w.data = d, t->w.scales = s;
-    if (fmt == SOTTO_WFMT_NVFP4) t->w.global_scale = sotto_nvfp4_global_scale(amax);
-    int rc = sotto_quantize_rows(&t->w, d, s, src, 0, rows);
+    int rc = test_qmat_make(t, fmt, rows, cols, src, 0, dq);
     free(src);
-    if (rc) return rc;
-    t->data = malloc(dbytes - short_data);
-    memcpy(t->data, d, dbytes - short_data);
-    t->scales = malloc(sbytes ? sbytes - short_scales : 1);
-    if (sbytes) memcpy(t->scales, s, sbytes - short_scales);
-    if (fmt == SOTTO_WFMT_NF4 && dq) {
-        size_t nb = n / 64;
-        t->codes = malloc(nb - short_codes);
-        uint8_t *codes = malloc(nb);
-        t->nested = malloc(sizeof(float) * ((nb + 255) / 256));
-        sotto_nf4_double_quant(s, nb, codes, t->nested, &t->dq.offset);
-        memcpy(t->codes, codes, nb - short_codes);
-        free(codes);
-        t->dq.codes = t->codes, t->dq.nested_absmax = t->nested;
-        t->w.nf4_dq = &t->dq;
-    }
-    free(d), free(s);
-    t->w.data = t->data, t->w.scales = t->scales;
-    return 0;
+    return rc ? rc : test_qmat_shorten(t, short_data, short_scales, short_codes);
 }
-
-static void tmat_free(tmat *t) { free(t->data), free(t->scales), free(t->codes), free(t->nested); }
 
 static const sotto_wfmt fmts[] = {SOTTO_WFMT_F32, SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4,
                                   SOTTO_WFMT_NVFP4};
@@ -113,7 +73,7 @@ static void check_values(void) {
             const sotto_wfmt fmt = fmts[f];
             /* rows not a multiple of the tile's 4; f32 and bf16 also with a column tail */
             const int rows = 37, cols = sotto_wfmt_block(fmt) > 1 ? 128 : 72;
-            tmat t;
+            test_qmat t;
             CHECK_EQ_INT(tmat_make(&t, fmt, rows, cols, dq, 0, 0, 0), 0);
             for (int n = 1; n <= 5; n++) {
                 float *x = malloc(sizeof(float) * n * cols), *y = malloc(sizeof(float) * n * rows),
@@ -135,7 +95,7 @@ static void check_values(void) {
             CHECK_MSG(same, "%s: dequantized rows differ from the element reader",
                       sotto_wfmt_name(fmt));
             free(dst);
-            tmat_free(&t);
+            test_qmat_free(&t);
         }
 }
 
@@ -192,47 +152,30 @@ static void check_attention(void) {
  * measure than round-to-nearest, and non-finite input is refused. The values
  * themselves are checked against bitsandbytes' and compressed-tensors' vectors
  * by test_quant, on the instrumented copy. */
-static void fmt_bytes(sotto_wfmt fmt, size_t n, size_t *dbytes, size_t *sbytes) {
-    *sbytes = 0;
-    switch (fmt) {
-    case SOTTO_WFMT_BF16: *dbytes = n * 2; break;
-    case SOTTO_WFMT_Q8: *dbytes = n, *sbytes = n / 32 * 4; break;
-    case SOTTO_WFMT_NF4: *dbytes = n / 2, *sbytes = n / 64 * 4; break;
-    case SOTTO_WFMT_NVFP4: *dbytes = n / 2, *sbytes = n / 16; break;
-    default: *dbytes = n * 4; break;
-    }
-}
-
 static void check_quantizers(void) {
     const int rows = 6, cols = 192; /* 3 nf4 blocks, 12 nvfp4, 6 q8 per row */
     const size_t n = (size_t)rows * cols;
     const sotto_wfmt qf[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4};
     const double bound[] = {0.005, 0.02, 0.15, 0.15};
-    float *src = malloc(sizeof(float) * n), *back = malloc(sizeof(float) * n), *h = malloc(sizeof(float) * cols);
-    float amax = 0;
-    for (size_t i = 0; i < n; i++) src[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f), amax = fmaxf(amax, fabsf(src[i]));
+    float *src = malloc(sizeof(float) * n), *back = malloc(sizeof(float) * n);
+    float *h = malloc(sizeof(float) * cols);
+    for (size_t i = 0; i < n; i++) src[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
     for (int c = 0; c < cols; c++) h[c] = 0.1f + fabsf(frand());
     for (size_t f = 0; f < sizeof qf / sizeof qf[0]; f++) {
         for (int search = 0; search <= 1; search++) {
             if (search && f < 2) continue; /* the search is for the 4-bit formats */
-            sotto_wmat w = {0};
-            w.fmt = qf[f], w.rows = rows, w.cols = cols;
-            size_t dbytes, sbytes;
-            fmt_bytes(qf[f], n, &dbytes, &sbytes);
-            CHECK_EQ_INT(dbytes + sbytes, sotto_wfmt_bytes(qf[f], rows, cols));
-            void *data = calloc(1, dbytes), *scales = calloc(1, sbytes ? sbytes : 1);
-            w.data = data, w.scales = scales;
-            if (qf[f] == SOTTO_WFMT_NVFP4) w.global_scale = sotto_nvfp4_global_scale(amax);
+            test_qmat q;
+            CHECK_EQ_INT(test_qmat_alloc(&q, qf[f], rows, cols, src), 0);
             sotto_quant_opts o = {search, h};
-            CHECK_EQ_INT(sotto_quantize_rows_opt(&w, data, scales, src, 0, rows, &o), 0);
-            sotto_wmat_dequantize_rows(&w, 0, rows, back);
+            CHECK_EQ_INT(test_qmat_quantize(&q, src, 0, &o), 0);
+            sotto_wmat_dequantize_rows(&q.w, 0, rows, back);
             double e2 = 0, s2 = 0, we = 0;
             for (size_t i = 0; i < n; i++) {
                 double d = (double)back[i] - src[i];
                 e2 += d * d, s2 += (double)src[i] * src[i], we += h[i % cols] * d * d;
             }
-            CHECK_MSG(sqrt(e2 / s2) < bound[f], "quantizer %s%s: relative RMS error %g", sotto_wfmt_name(qf[f]),
-                      search ? " (search)" : "", sqrt(e2 / s2));
+            CHECK_MSG(sqrt(e2 / s2) < bound[f], "quantizer %s%s: relative RMS error %g",
+                      sotto_wfmt_name(qf[f]), search ? " (search)" : "", sqrt(e2 / s2));
             if (f >= 2) { /* the search's weighted error against round-to-nearest's */
                 static double rtn_we;
                 if (!search) rtn_we = we;
@@ -241,9 +184,9 @@ static void check_quantizers(void) {
             }
             float keep = src[5];
             src[5] = NAN;
-            CHECK_EQ_INT(sotto_quantize_rows_opt(&w, data, scales, src, 0, rows, &o), SOTTO_E_FORMAT);
+            CHECK_EQ_INT(test_qmat_quantize(&q, src, 0, &o), SOTTO_E_FORMAT);
             src[5] = keep;
-            free(data), free(scales);
+            test_qmat_free(&q);
         }
     }
     free(src), free(back), free(h);
@@ -326,15 +269,14 @@ static int die_quant(const char *what) {
     else if (strcmp(what, "quant-scales") == 0) fmt = SOTTO_WFMT_Q8, ssc = 1;
     else if (strcmp(what, "quant-importance") == 0) fmt = SOTTO_WFMT_NVFP4, sh = 1;
     else return die_eltwise(what);
-    size_t dbytes, sbytes;
-    fmt_bytes(fmt, n, &dbytes, &sbytes);
     float *src = calloc(n - ssrc, sizeof(float)), *h = calloc((size_t)cols - sh, sizeof(float));
-    void *data = malloc(dbytes - sdst), *scales = malloc(sbytes - ssc);
-    sotto_wmat w = {0};
-    w.fmt = fmt, w.rows = rows, w.cols = cols, w.data = data, w.scales = scales, w.global_scale = 1.0f;
+    test_qmat q; /* destination and scales one byte short where asked */
+    if (test_qmat_alloc(&q, fmt, rows, cols, NULL) || test_qmat_shorten(&q, sdst, ssc, 0)) return 3;
+    q.w.global_scale = 1.0f;
     sotto_quant_opts o = {fmt == SOTTO_WFMT_NVFP4, h};
-    sotto_quantize_rows_opt(&w, data, scales, src, 0, rows, &o);
-    free(src), free(h), free(data), free(scales);
+    test_qmat_quantize(&q, src, 0, &o);
+    test_qmat_free(&q);
+    free(src), free(h);
     return 0;
 }
 
@@ -375,7 +317,7 @@ static int die(const char *what) {
     else if (strcmp(what, "dequant-dst") == 0) fmt = SOTTO_WFMT_NF4, dequant = 1;
     else return die_attention(what);
     const int cols = 128;
-    tmat t;
+    test_qmat t;
     if (tmat_make(&t, fmt, rows, cols, dq, sd, ss, sc)) return 3;
     if (dequant) {
         float *dst = malloc(sizeof(float) * (4 * cols - 1));
@@ -387,7 +329,7 @@ static int die(const char *what) {
         sotto_linear(&t.w, NULL, x, n, y);
         free(x), free(y);
     }
-    tmat_free(&t);
+    test_qmat_free(&t);
     return 0; /* not reported: the parent fails the case */
 }
 

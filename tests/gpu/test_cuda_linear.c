@@ -12,6 +12,7 @@
 #include "half.h"
 #include "linear_internal.h"
 #include "linear_ref.h"
+#include "qmat.h"
 #include "quant.h"
 
 #include <stdint.h>
@@ -23,36 +24,6 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
 }
 
-typedef struct {
-    sotto_wmat w;
-    void *data, *scales;
-    sotto_nf4_dq dq;
-    uint8_t *codes;
-    float *nested;
-} qmat;
-
-static int make(qmat *q, sotto_wfmt fmt, int rows, int cols, const float *src, int dq) {
-    memset(q, 0, sizeof *q);
-    q->w.fmt = fmt, q->w.rows = rows, q->w.cols = cols;
-    size_t n = (size_t)rows * cols;
-    q->data = calloc(n * 4 + 64, 1), q->scales = calloc(n + 64, 1);
-    q->w.data = q->data, q->w.scales = q->scales;
-    if (fmt == SOTTO_WFMT_NVFP4) {
-        float amax = 0;
-        for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
-        q->w.global_scale = sotto_nvfp4_global_scale(amax);
-    }
-    if (sotto_quantize_rows(&q->w, q->data, q->scales, src, 0, rows)) return -1;
-    if (dq) {
-        size_t nb = n / 64;
-        q->codes = malloc(nb), q->nested = malloc(sizeof(float) * (nb / 256 + 1));
-        sotto_nf4_double_quant(q->scales, nb, q->codes, q->nested, &q->dq.offset);
-        q->dq.codes = q->codes, q->dq.nested_absmax = q->nested;
-        q->w.nf4_dq = &q->dq;
-    }
-    return 0;
-}
-
 static void run_case(sotto_wfmt fmt, int dq, int rows, int cols, int n, int with_bias) {
     size_t nw = (size_t)rows * cols;
     float *src = malloc(sizeof(float) * nw), *x = malloc(sizeof(float) * (size_t)n * cols);
@@ -61,8 +32,8 @@ static void run_case(sotto_wfmt fmt, int dq, int rows, int cols, int n, int with
     for (size_t i = 0; i < nw; i++) src[i] = frand() * 0.05f;
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
     for (int i = 0; i < rows; i++) bias[i] = frand();
-    qmat q;
-    CHECK(make(&q, fmt, rows, cols, src, dq) == 0);
+    test_qmat q;
+    CHECK(test_qmat_make(&q, fmt, rows, cols, src, 0, dq) == 0);
     sotto_linear_ref(&q.w, with_bias ? bias : NULL, x, n, y_cpu, 0);
     /* error scale of each output: sum |w| |x| over the row (decoded weights) */
     float *wrow = malloc(sizeof(float) * cols);
@@ -111,7 +82,7 @@ static void run_case(sotto_wfmt fmt, int dq, int rows, int cols, int n, int with
     }
     sotto_cuda_free(dx), sotto_cuda_free(dy), sotto_cuda_free(db);
     sotto_cuda_wmat_free(d);
-    free(q.data), free(q.scales), free(q.codes), free(q.nested);
+    test_qmat_free(&q);
     free(src), free(x), free(bias), free(y_cpu), free(y_gpu), free(mag), free(wrow);
 }
 
@@ -122,8 +93,8 @@ static void run_dequant(sotto_wfmt fmt, int dq, int rows, int cols) {
     size_t nw = (size_t)rows * cols;
     float *src = malloc(sizeof(float) * nw), *cpu = malloc(sizeof(float) * nw), *gpu = malloc(sizeof(float) * nw);
     for (size_t i = 0; i < nw; i++) src[i] = frand() * 0.05f;
-    qmat q;
-    CHECK(make(&q, fmt, rows, cols, src, dq) == 0);
+    test_qmat q;
+    CHECK(test_qmat_make(&q, fmt, rows, cols, src, 0, dq) == 0);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) cpu[(size_t)r * cols + c] = sotto__wmat_get(&q.w, (size_t)r, c);
     sotto_err err = {0};
@@ -146,7 +117,7 @@ static void run_dequant(sotto_wfmt fmt, int dq, int rows, int cols) {
     }
     sotto_cuda_free(dd);
     sotto_cuda_wmat_free(d);
-    free(q.data), free(q.scales), free(q.codes), free(q.nested);
+    test_qmat_free(&q);
     free(src), free(cpu), free(gpu);
 }
 
@@ -158,8 +129,8 @@ static void run_bf16(sotto_wfmt fmt, int dq, int rows, int cols) {
     float *src = malloc(sizeof(float) * nw);
     uint16_t *want = malloc(2 * nw), *got = malloc(2 * nw);
     for (size_t i = 0; i < nw; i++) src[i] = frand() * 0.05f;
-    qmat q;
-    CHECK(make(&q, fmt, rows, cols, src, dq) == 0);
+    test_qmat q;
+    CHECK(test_qmat_make(&q, fmt, rows, cols, src, 0, dq) == 0);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
             want[(size_t)r * cols + c] = sotto_f32_to_bf16(sotto__wmat_get(&q.w, (size_t)r, c));
@@ -176,7 +147,7 @@ static void run_bf16(sotto_wfmt fmt, int dq, int rows, int cols) {
     printf("  dequant_bf16 %-8s %6d x %-5d %zu values differ\n", dq ? "nf4+dq" : sotto_wfmt_name(fmt), rows, cols, bad);
     sotto_cuda_free(dd);
     sotto_cuda_wmat_free(d);
-    free(q.data), free(q.scales), free(q.codes), free(q.nested);
+    test_qmat_free(&q);
     free(src), free(want), free(got);
 }
 
