@@ -100,16 +100,18 @@ run() { # name command...
   fi
 }
 
-# A second lane, at the lowest CPU priority (nice 19), for the tests that
+# Two more lanes, at the lowest CPU priority (nice 19), for the tests that
 # measure no time: the unit tests, the fuzzers and the offline reference tests.
-# It runs beside the foreground's server tests, which mostly wait on real-time
-# streams, browsers and timeouts, and takes the CPU they leave idle; the kernel
+# They run beside the foreground's server tests, which mostly wait on real-time
+# streams, browsers and timeouts, and take the CPU they leave idle; the kernel
 # gives a nice-0 process that wants a core about 98% of it against a nice-19
-# one, so what the foreground measures (capacity, latency) stays its own. The
-# two sides draw their servers' ports from disjoint ranges below the kernel's
-# ephemeral ports (SOTTO_TEST_PORTS, tests/ref/server_client.py free_port), so
-# no two servers race for one. The lane's output is printed, and its failures
-# counted, at join_lane.
+# one, so what the foreground measures (capacity, latency) stays its own. Two
+# lanes, not one: many of their tests use one core, and with one lane 12% of
+# the machine's CPU time went idle while the foreground waited (fresh clone of
+# d5047d5, /proc/stat every 10 s). All sides draw their servers' ports from
+# disjoint ranges below the kernel's ephemeral ports (SOTTO_TEST_PORTS,
+# tests/ref/server_client.py free_port), so no two servers race for one. A
+# lane's output is printed, and its failures counted, at join_lanes.
 lane_run() { # label failed_file "name|command" ...  (in a subshell of its own)
   local label=$1 failed=$2 spec name t0 me c0; shift 2
   for spec in "$@"; do
@@ -126,31 +128,36 @@ lane_run() { # label failed_file "name|command" ...  (in a subshell of its own)
     fi
   done
 }
-lane_pid=""
-lane_log="$root/build/test-lane.log"
-lane_failed="$root/build/test-lane.failed"
-start_lane() { # "name|command" ...
-  rm -f "$lane_log" "$lane_failed"
+lane_pids=()
+lane_names=()
+start_lane() { # name port-range "name|command" ...
+  local name=$1 ports=$2; shift 2
+  rm -f "$root/build/test-lane-$name.log" "$root/build/test-lane-$name.failed"
   (
     renice -n 19 -p "$BASHPID" >/dev/null
-    export SOTTO_TEST_PORTS=20000-25999
+    export SOTTO_TEST_PORTS=$ports
     # OpenMP threads that lose their core to the foreground sleep at a barrier
     # instead of spinning on the other core (CPU the foreground could use)
     export OMP_WAIT_POLICY=PASSIVE
-    lane_run "in the second lane" "$lane_failed" "$@"
-  ) >"$lane_log" 2>&1 &
-  lane_pid=$!
+    lane_run "in lane $name" "$root/build/test-lane-$name.failed" "$@"
+  ) >"$root/build/test-lane-$name.log" 2>&1 &
+  lane_pids+=("$!")
+  lane_names+=("$name")
 }
-join_lane() {
-  [ -n "$lane_pid" ] || return 0
-  local t0=$SECONDS
-  wait "$lane_pid" || true
-  lane_pid=""
-  echo "=== (waited $((SECONDS - t0)) s for the second lane)"
-  cat "$lane_log"
-  if [ -f "$lane_failed" ]; then
-    while IFS= read -r name; do failures+=("$name"); done <"$lane_failed"
-  fi
+join_lanes() {
+  local i t0 name
+  for i in "${!lane_pids[@]}"; do
+    name=${lane_names[$i]}
+    t0=$SECONDS
+    wait "${lane_pids[$i]}" || true
+    echo "=== (waited $((SECONDS - t0)) s for lane $name)"
+    cat "$root/build/test-lane-$name.log"
+    if [ -f "$root/build/test-lane-$name.failed" ]; then
+      while IFS= read -r n; do failures+=("$n"); done <"$root/build/test-lane-$name.failed"
+    fi
+  done
+  lane_pids=()
+  lane_names=()
 }
 
 # Beside the foreground, at its priority: a test that mostly waits (on timeouts,
@@ -214,18 +221,10 @@ else
     S="$root/build/sotto"
     R="$root/tests/ref"
     q() { printf '%q ' "$@"; } # one command line for the lane
-    lane=(
-      # first: its offline transcriptions of the dev set fill SOTTO_TEST_CACHE for test_server
+    # lane A, first: its offline transcriptions of the dev set fill SOTTO_TEST_CACHE for
+    # test_server; then the other offline reference tests
+    lane_a=(
       "transcripts vs faster-whisper (tiny.en)|$(q "$py" "$R/test_reference.py" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
-      "$unit_name|$(q "${unit[@]}")"
-      "$fuzz_name|$(q "$root/scripts/fuzz.sh" --short)"
-      "device selection (release build: CUDA compiled in, no GPU here)|$(q env SOTTO_SOURCE_DIR="$root" "$root/build/test_device")"
-    )
-    if [ -x "$root/build/test_cublas_lazy" ]; then
-      lane+=("cuBLAS opened on first GPU use, not at start-up (release build)|$(q ctest --test-dir "$root/build" -R '^test_cublas_lazy' --output-on-failure)")
-    fi
-    lane+=(
-      "--device in the CLI and the server (release build)|$(q "$py" "$R/test_device_cli.py" --sotto "$S" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest")"
       "--device cuda over the CUDA emulation (ASan+UBSan build)|$(q "$py" "$R/test_device_cli.py" --sotto "$root/build-asan/sotto" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest")"
       "Silero VAD vs onnxruntime|$(q "$py" "$R/test_silero_ref.py" --probs "$root/build/silero_probs" --onnx models/silero_vad/silero_vad.onnx --model models/silero_vad/silero_vad.safetensors --manifest "$manifest")"
       "tokenizer vs Hugging Face (tiny.en)|$(q "$py" "$R/test_tokenizer_ref.py" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
@@ -235,12 +234,27 @@ else
       "the sotto command line: getopt_long options anywhere, -- , --help, named errors|$(q "$py" "$R/test_cli.py" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest" --server "$root/build/sotto-server" --mic "$root/build/sotto-mic")"
       "Hugging Face loader|$(q "$py" "$R/test_hf_loader.py" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
       "multilingual (base)|$(q "$py" "$R/test_multilingual.py" --sotto "$S" --model models/base --manifest "$manifest")"
+    )
+    # lane B: the fuzzers first (they run for a fixed time, so they fuzz most while the
+    # first server tests wait on timeouts), the unit tests, the device selection of the
+    # release build, the quantized weights
+    lane_b=(
+      "$fuzz_name|$(q "$root/scripts/fuzz.sh" --short)"
+      "$unit_name|$(q "${unit[@]}")"
+      "device selection (release build: CUDA compiled in, no GPU here)|$(q env SOTTO_SOURCE_DIR="$root" "$root/build/test_device")"
+    )
+    if [ -x "$root/build/test_cublas_lazy" ]; then
+      lane_b+=("cuBLAS opened on first GPU use, not at start-up (release build)|$(q ctest --test-dir "$root/build" -R '^test_cublas_lazy' --output-on-failure)")
+    fi
+    lane_b+=(
+      "--device in the CLI and the server (release build)|$(q "$py" "$R/test_device_cli.py" --sotto "$S" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest")"
       # accuracy on the fixed 22-clip subset (short and long, read and spontaneous, the two
       # clips where all-4-bit tiny.en once looped): the presets on every dev clip took 21 of
       # the suite's 50 minutes on an AVX2 machine; bench/bench_quant.py measures the whole set
       "quantized weights (tiny.en, 22-clip subset)|$(q "$py" "$R/test_quant.py" --sotto "$S" --model models/tiny.en --manifest "$manifest" --subset)"
     )
-    start_lane "${lane[@]}"
+    start_lane A 20000-22999 "${lane_a[@]}"
+    start_lane B 23000-25999 "${lane_b[@]}"
     # The foreground: the server tests, first those that mostly wait (timeouts,
     # browsers, real-time streams), then those that load both cores.
     export SOTTO_TEST_PORTS=26000-28999
@@ -272,7 +286,7 @@ else
     run "streaming server under ASan+UBSan (no accuracy sections)" "$py" "$R/test_server.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --only badinput,resume,overload,backlog,variants,feeds,metrics,sigterm,tls --viewers 50
     run "OpenAI and Deepgram protocols under ASan+UBSan" "$py" "$R/test_compat.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --base-model models/base --manifest "$manifest" --sanitized
     run "soak: hostile clients around one real-time session under ASan+UBSan (short)" "$py" "$R/test_soak.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --short
-    join_lane
+    join_lanes
   fi
 fi
 
