@@ -160,35 +160,37 @@ join_lanes() {
   lane_names=()
 }
 
-# Beside the foreground, at its priority, in one of two slots: tests that mostly
-# wait (on timeouts, or on audio played at real-time pace) while the foreground
-# runs another such test, within the two cores (CPU per second of wall time,
-# fresh-clone run of d5047d5): the security tests (0.1-0.2) and bounded inputs
-# (16-18 s, busy), release and ASan, in slot 1 through the browser and page
-# tests; in slot 2, Firefox (0.70) beside Chromium (0.66), sotto-mic (0.70)
-# beside the page test (0.67), the fleet under ASan (0.74) beside the fleet
-# (0.65). Tests that measure capacity or latency, or use both cores, stay
-# alone: the protocols and streaming server under ASan side by side took 191 s
-# against 96 + 100 one after the other. Each slot's servers' ports come from a
-# range of their own.
-beside_pids=()
-start_beside() { # slot port-range "name|command" ...
-  local slot=$1 ports=$2; shift 2
-  rm -f "$root/build/test-beside-$slot.log" "$root/build/test-beside-$slot.failed"
+# Beside the foreground, at its priority: a test that mostly waits (on timeouts,
+# or on audio played at real-time pace) while the foreground runs another such
+# test, the pair within the two cores (CPU per second of wall time, fresh-clone
+# run of d5047d5): test_security under ASan (0.16) and then bounded inputs under
+# ASan (18 s, busy) beside test_security (0.11) and then bounded inputs (15 s,
+# busy); Firefox (0.70) beside Chromium (0.66); sotto-mic (0.70) beside the page
+# test (0.67); the fleet under ASan (0.74) beside the fleet (0.65). Tests that
+# measure capacity or latency, or use both cores, stay alone: the protocols and
+# streaming server under ASan side by side took 191 s against 96 + 100 one
+# after the other. (The security tests beside the browser and page tests, out
+# of the foreground's path, made sotto-mic's SIGINT-to-exit take 15.9 s against
+# its 10 s bound: too much at once.) Its servers' ports come from a range of
+# their own.
+beside_pid=""
+beside_log="$root/build/test-beside.log"
+beside_failed="$root/build/test-beside.failed"
+start_beside() { # "name|command" ...
+  rm -f "$beside_log" "$beside_failed"
   (
-    export SOTTO_TEST_PORTS=$ports
-    lane_run "beside the foreground" "$root/build/test-beside-$slot.failed" "$@"
-  ) >"$root/build/test-beside-$slot.log" 2>&1 &
-  beside_pids[$slot]=$!
+    export SOTTO_TEST_PORTS=29000-31999
+    lane_run "beside the foreground" "$beside_failed" "$@"
+  ) >"$beside_log" 2>&1 &
+  beside_pid=$!
 }
-join_beside() { # slot
-  local slot=$1
-  [ -n "${beside_pids[$slot]:-}" ] || return 0
-  wait "${beside_pids[$slot]}" || true
-  unset "beside_pids[$slot]"
-  cat "$root/build/test-beside-$slot.log"
-  if [ -f "$root/build/test-beside-$slot.failed" ]; then
-    while IFS= read -r name; do failures+=("$name"); done <"$root/build/test-beside-$slot.failed"
+join_beside() {
+  [ -n "$beside_pid" ] || return 0
+  wait "$beside_pid" || true
+  beside_pid=""
+  cat "$beside_log"
+  if [ -f "$beside_failed" ]; then
+    while IFS= read -r name; do failures+=("$name"); done <"$beside_failed"
   fi
 }
 
@@ -258,26 +260,23 @@ else
     # The foreground: the server tests, first those that mostly wait (timeouts,
     # browsers, real-time streams), then those that load both cores.
     export SOTTO_TEST_PORTS=26000-28999
-    # Slot 1, through the browser and page tests: the security and bounded-input
-    # tests, release and ASan, one after the other (they wait on timeouts: 0.1-0.2
-    # of a core, with 16-18 s busy each for the inputs)
-    start_beside 1 29000-30499 \
-      "security: admission, timeouts, frame limits, keys and tokens|$(q "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")" \
-      "bounded inputs: static files, methods, uploads, Ogg streams|$(q "$py" "$R/test_inputs.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")" \
-      "security under ASan+UBSan|$(q "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")" \
+    # test_security's three sections (their own servers, mostly waiting on timeouts) run
+    # at once (--parallel); under ASan beside the release build's
+    start_beside "security under ASan+UBSan|$(q "$py" "$R/test_security.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --parallel)" \
       "bounded inputs under ASan+UBSan|$(q "$py" "$R/test_inputs.py" --server "$root/build-asan/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
-    # Slot 2, one test at a time beside the foreground's
+    run "security: admission, timeouts, frame limits, keys and tokens" "$py" "$R/test_security.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --parallel
+    run "bounded inputs: static files, methods, uploads, Ogg streams" "$py" "$R/test_inputs.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest"
+    join_beside
     # Firefox's microphone and sotto-mic's device are private PulseAudio servers; Chromium's is a file
-    start_beside 2 30500-31999 "browser dictation page (headless Firefox, PulseAudio microphone)|$(q "$py" "$R/test_firefox.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts")"
+    start_beside "browser dictation page (headless Firefox, PulseAudio microphone)|$(q "$py" "$R/test_firefox.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts")"
     run "browser dictation page (headless Chromium, fake microphone)" "$py" "$R/test_web.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts"
-    join_beside 2
-    start_beside 2 30500-31999 "desktop client sotto-mic (ASan+UBSan build)|$(q "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
+    join_beside
+    start_beside "desktop client sotto-mic (ASan+UBSan build)|$(q "$py" "$R/test_mic.py" --mic "$root/build-asan/sotto-mic" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest")"
     run "dictation page as people use it (headless Chromium, axe-core)" "$py" "$R/test_page.py" --server "$root/build/sotto-server" --sotto "$S" --model models/tiny.en --manifest "$manifest" --artifacts "$root/build/test-artifacts" --only down,taken,busy,viewer,cues,layout,insecure,use,upload,mic
-    join_beside 2
-    join_beside 1
-    start_beside 2 30500-31999 "fleet under ASan+UBSan (cross-instance resume, feeds, kill -9)|$(q "$py" "$R/test_fleet.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --only resume,feeds,kill --sessions 3 --viewers 30)"
+    join_beside
+    start_beside "fleet under ASan+UBSan (cross-instance resume, feeds, kill -9)|$(q "$py" "$R/test_fleet.py" --server "$root/build-asan/sotto-server" --model models/tiny.en --manifest "$manifest" --only resume,feeds,kill --sessions 3 --viewers 30)"
     run "fleet: 3 instances behind HAProxy sharing Redis (feeds, kill -9, SIGTERM, Redis restart, sotto-mic)" "$py" "$R/test_fleet.py" --server "$root/build/sotto-server" --model models/tiny.en --manifest "$manifest" --mic "$root/build/sotto-mic"
-    join_beside 2
+    join_beside
     # The protocol and server tests run twice, on the release build and under ASan+UBSan. The
     # sections whose outcome does not depend on the server's speed or scale (bad input, resume,
     # variants, metrics, SIGTERM, TLS; translation, Deepgram, the error answers) run once, under
