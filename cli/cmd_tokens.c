@@ -16,11 +16,13 @@
  * invalid UTF-8, any failed --jsonl line), 2 on a usage error. Messages go to
  * stderr.
  */
+#include "sotto_err.h"
 #include "tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,22 @@ static char *tokens_read_stdin(size_t *len) {
     return buf;
 }
 
+/* The ids of text[0..len) in a malloc'd array of *n, or NULL with err set.
+ * Every id covers at least one byte, so len + 1 ids always suffice. */
+static int32_t *encode_ids(const sotto_tokenizer *tok, const char *text, size_t len, size_t *n,
+                           sotto_err *err) {
+    int32_t *ids = malloc((len + 1) * sizeof *ids);
+    if (!ids) {
+        sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    if (sotto_tokenizer_encode(tok, text, len, ids, len + 1, n, err) != SOTTO_OK) {
+        free(ids);
+        return NULL;
+    }
+    return ids;
+}
+
 static int tokens_encode(const sotto_tokenizer *tok) {
     size_t len = 0, n = 0;
     char *text = tokens_read_stdin(&len);
@@ -66,19 +84,17 @@ static int tokens_encode(const sotto_tokenizer *tok) {
         fprintf(stderr, "sotto tokens: cannot read stdin\n");
         return 1;
     }
-    /* Every id covers at least one byte, so len + 1 ids always suffice. */
-    int32_t *ids = malloc((len + 1) * sizeof *ids);
     sotto_err err = {0};
-    int rc = ids ? sotto_tokenizer_encode(tok, text, len, ids, len + 1, &n, &err) : SOTTO_E_NOMEM;
-    if (rc == SOTTO_OK) {
-        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
-        printf("\n");
-    } else {
-        fprintf(stderr, "sotto tokens: %s\n", ids ? err.msg : "out of memory");
-    }
-    free(ids);
+    int32_t *ids = encode_ids(tok, text, len, &n, &err);
     free(text);
-    return rc == SOTTO_OK ? 0 : 1;
+    if (!ids) {
+        fprintf(stderr, "sotto tokens: %s\n", err.msg);
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+    printf("\n");
+    free(ids);
+    return 0;
 }
 
 static int tokens_decode(const sotto_tokenizer *tok, int n, char **args) {
@@ -159,17 +175,10 @@ static int jsonl_encode_line(const sotto_tokenizer *tok, const cJSON *v) {
         jsonl_error("encode --jsonl: each line must be one JSON string");
         return -1;
     }
-    const char *text = v->valuestring;
-    size_t len = strlen(text), n = 0;
-    int32_t *ids = malloc((len + 1) * sizeof *ids);
-    if (!ids) {
-        jsonl_error("out of memory");
-        return -1;
-    }
+    size_t n = 0;
     sotto_err err = {0};
-    int rc = sotto_tokenizer_encode(tok, text, len, ids, len + 1, &n, &err);
-    if (rc != SOTTO_OK) {
-        free(ids);
+    int32_t *ids = encode_ids(tok, v->valuestring, strlen(v->valuestring), &n, &err);
+    if (!ids) {
         jsonl_error(err.msg);
         return -1;
     }
@@ -183,7 +192,7 @@ static int jsonl_encode_line(const sotto_tokenizer *tok, const cJSON *v) {
         }
     }
     free(ids);
-    rc = jsonl_print(arr);
+    int rc = jsonl_print(arr);
     cJSON_Delete(arr);
     return rc;
 }
@@ -203,7 +212,9 @@ static int jsonl_decode_line(const sotto_tokenizer *tok, const cJSON *v) {
     int i = 0;
     for (const cJSON *x = v->child; x; x = x->next, i++) {
         double d = cJSON_IsNumber(x) ? x->valuedouble : 0.5;
-        if (d != (double)(int32_t)d) { /* not a number, not whole, or out of int32's range */
+        /* not a number, not whole, or out of int32's range (checked before the cast,
+         * which would be undefined behaviour out of range) */
+        if (!(d >= INT32_MIN && d <= INT32_MAX) || d != floor(d)) {
             free(ids);
             jsonl_error("decode --jsonl: every id must be an integer");
             return -1;

@@ -25,19 +25,14 @@ void sotto_layer_norm(const float *x, float *y, int n, int d, const float *gamma
         sotto__layer_norm_row(x + (size_t)r * d, y + (size_t)r * d, d, gamma, beta, eps);
 }
 
+/* GELU's spans per work item: whole vectors, and enough work per call. */
+#define GELU_SPAN 4096
+
 void sotto_gelu(float *x, size_t n) {
     sotto__tile_region(x, sizeof(float) * n);
-    if (n < PAR_MIN_WORK) {
-        sotto__gelu_span(x, n);
-        return;
-    }
-#pragma omp parallel
-    { /* one contiguous span per thread, as schedule(static) gave */
-        const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-        const size_t i0 = n / nt * t + (t < n % nt ? t : n % nt);
-        const size_t i1 = i0 + n / nt + (t < n % nt);
-        sotto__gelu_span(x + i0, i1 - i0);
-    }
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_WORK)
+    for (size_t i0 = 0; i0 < n; i0 += GELU_SPAN)
+        sotto__gelu_span(x + i0, n - i0 < GELU_SPAN ? n - i0 : GELU_SPAN);
 }
 
 void sotto_softmax_rows(float *x, int n, int d) {

@@ -174,7 +174,7 @@ def main():
 
     # --jsonl's errors: each bad line answered on its own line, the others still answered, exit 1
     for cmd, values, bad in (("encode", ["a b", 7, "c"], 1), ("encode", ["x", "nul \x00 here", "y"], 1),
-                             ("decode", [[64], "not ids", [65, 1.5], [66]], (1, 2))):
+                             ("decode", [[64], "not ids", [65, 1.5], [1e20], [66]], (1, 2, 3))):
         bad = bad if isinstance(bad, tuple) else (bad,)
         code, ans = sotto_jsonl(a.sotto, a.model, cmd, values)
         errs = [i for i, x in enumerate(ans) if isinstance(x, dict) and "error" in x]
