@@ -28,7 +28,8 @@ Sections (--only a,b):
             be in flight); when the worker itself loaded variants, nothing completed
             there. A load no longer pauses the sessions being served.
   race      for each of nf4, nvfp4 and q8, four times (unloaded in between by
-            --idle-unload-s 1): a streaming session and an upload (/v1/audio/
+            --idle-unload-s 1; the three variants' races at once): a streaming
+            session and an upload (/v1/audio/
             transcriptions, model tiny.en:VARIANT) ask for it at about the same moment
             (the stream 0, 0.15, 0.3 s after the upload or 0.15 s before it, so that the
             two first uses overlap in some attempts on any machine); every attempt
@@ -317,31 +318,36 @@ def section_race(ctx, ck):
                                         "--idle-unload-s", "1"], threads=a.threads).start()
     loads_total, attempts = 0, 0
     try:
-        for v in variants:
-            for off in offsets:
-                # wait until the variant is unloaded (idle-unload-s 1), so that both load it
-                key = f'sotto_weights_bytes{{model="{ctx.model_name}",weights="{v}"}}'
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline and key in srv.metrics():
-                    time.sleep(0.2)
-                before = len(srv.log_lines(f"loaded {ctx.model_name} ({v})"))
+        # per offset, the three variants' races at once (each its own variant, so each
+        # still loads once; the loader thread takes their loads one after another, so
+        # some requests also find another variant's load in progress)
+        for off in offsets:
+            # wait until the variants are unloaded (idle-unload-s 1), so that both load them
+            keys = [f'sotto_weights_bytes{{model="{ctx.model_name}",weights="{v}"}}' for v in variants]
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and any(k in srv.metrics() for k in keys):
+                time.sleep(0.2)
+            before = {v: len(srv.log_lines(f" loaded {ctx.model_name} ({v}):")) for v in variants}
 
-                async def both():
-                    async def post():
-                        if off < 0:
-                            await asyncio.sleep(-off)
-                        return await asyncio.to_thread(upload, srv.port, wav, f"{ctx.model_name}:{v}")
+            async def both(v):
+                async def post():
+                    if off < 0:
+                        await asyncio.sleep(-off)
+                    return await asyncio.to_thread(upload, srv.port, wav, f"{ctx.model_name}:{v}")
 
-                    async def stream():
-                        if off > 0:
-                            await asyncio.sleep(off)
-                        return await sc.stream_async(srv.ws_url, short, weights=v)
+                async def stream():
+                    if off > 0:
+                        await asyncio.sleep(off)
+                    return await sc.stream_async(srv.ws_url, short, weights=v)
 
-                    return await asyncio.gather(stream(), post())
+                return await asyncio.gather(stream(), post())
 
-                r, (status, body) = sc.run(both())
+            async def all_variants():
+                return await asyncio.gather(*(both(v) for v in variants))
+
+            for v, (r, (status, body)) in zip(variants, sc.run(all_variants())):
                 attempts += 1
-                loads = srv.log_lines(f"loaded {ctx.model_name} ({v})")[before:]
+                loads = srv.log_lines(f" loaded {ctx.model_name} ({v}):")[before[v]:]
                 loads_total += len(loads)
                 label = f"race {v}, stream {off:+.2f} s after the upload"
                 ck.ok(f"{label}: one load", len(loads) == 1, str(loads))
