@@ -26,49 +26,81 @@ for a in "$@"; do
   esac
 done
 
+# The build dependencies first: the two builds below need them.
 "$root/scripts/setup.sh" --deps-only
-"$root/scripts/fetch_models.sh" all
 
-# The reference tests' set-up (Python venv, browsers, fuzzing and audio packages);
-# --unit needs none of it: only the build dependencies and the models above.
-if [ "$only_unit" -eq 0 ]; then
-  # Python environment for the reference tests.
-  venv="$root/.venv"
+# What only the tests need is fetched while the two builds compile (they need none of
+# it): the models, the reference tests' Python environment, and their Debian packages
+# (browsers, PulseAudio, clang for the fuzzers, haproxy and redis for the fleet). On a
+# fresh machine these are mostly waits on the network, and the builds are CPU: done
+# one after the other they took about as long again. Two jobs, since apt and pip do
+# not share anything: the models and the venv (fetch_silero.sh installs into the
+# same venv, so not beside the pip below), and apt. Each logs to build/test-prep-*.log,
+# printed when it is joined; a failure stops the run there.
+mkdir -p "$root/build"
+prep_pids=()
+prep_names=()
+prep_start() { # name command...
+  local name=$1; shift
+  ( "$@" ) >"$root/build/test-prep-$name.log" 2>&1 &
+  prep_pids+=("$!")
+  prep_names+=("$name")
+}
+prep_join() {
+  local i name rc
+  for i in "${!prep_pids[@]}"; do
+    name=${prep_names[$i]}
+    if wait "${prep_pids[$i]}"; then rc=0; else rc=$?; fi
+    sed "s/^/[$name] /" "$root/build/test-prep-$name.log"
+    [ "$rc" -eq 0 ] || die "set-up step '$name' failed (exit $rc; its output is above)"
+  done
+  prep_pids=()
+  prep_names=()
+}
+
+prep_python() { # the models, then the reference tests' venv
+  "$root/scripts/fetch_models.sh" all || return 1
+  [ "$only_unit" -eq 1 ] && return 0
+  local venv="$root/.venv"
   if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv" || die "python3 -m venv failed (install python3-venv)"
+    python3 -m venv "$venv" || { echo "test: python3 -m venv failed (install python3-venv)"; return 1; }
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     "faster-whisper==1.2.1" "ctranslate2==4.8.5" "whisper-normalizer==0.1.15" "numpy>=1.24" "websockets==15.0.1" "playwright==1.65.2" \
     "openai==3.51.0" "deepgram-sdk==7.16.0" "onnxruntime==1.32.0" "axe-playwright-python==0.1.8" \
-    || die "pip install of the test requirements failed"
-  py="$venv/bin/python"
+    || { echo "test: pip install of the test requirements failed"; return 1; }
+}
 
-  # The browser test drives Debian's Chromium through playwright (no browser download).
-  if ! command -v chromium >/dev/null 2>&1; then
-    sudo=""
-    [ "$(id -u)" -ne 0 ] && sudo="sudo"
-    echo "test: installing chromium for the browser test"
-    $sudo apt-get update -qq || die "apt-get update failed"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null \
-      || die "apt-get install chromium failed"
-  fi
-  # The Firefox test drives Debian's firefox-esr over WebDriver BiDi (no geckodriver); it and
-  # sotto-mic's device test capture from a private PulseAudio server through ALSA's pulse plugin.
-  # The fuzzers (scripts/fuzz.sh) need clang and libFuzzer (libclang-rt-14-dev).
-  missing=()
-  # The fleet test (test_fleet.py) starts its own haproxy and redis-server.
-  for p in firefox-esr pulseaudio pulseaudio-utils libasound2-plugins opus-tools clang libclang-rt-14-dev haproxy redis-server; do
+# The Debian packages of the reference tests, in one apt-get run: Debian's Chromium for
+# the browser test through playwright (no browser download); firefox-esr over WebDriver
+# BiDi (no geckodriver); a private PulseAudio server through ALSA's pulse plugin for
+# Firefox's microphone and sotto-mic's device; clang and libFuzzer (libclang-rt-14-dev)
+# for scripts/fuzz.sh; haproxy and redis-server, which test_fleet.py starts itself.
+test_packages=(chromium firefox-esr pulseaudio pulseaudio-utils libasound2-plugins opus-tools clang
+  libclang-rt-14-dev haproxy redis-server)
+missing=()
+if [ "$only_unit" -eq 0 ]; then
+  for p in "${test_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  if [ ${#missing[@]} -ne 0 ]; then
-    sudo=""
-    [ "$(id -u)" -ne 0 ] && sudo="sudo"
-    echo "test: installing ${missing[*]} for the Firefox, audio device, fuzz and fleet tests"
-    $sudo apt-get update -qq || die "apt-get update failed"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-      || die "apt-get install ${missing[*]} failed"
+fi
+prep_apt() {
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "test: installing ${missing[*]} for the browser, audio device, fuzz and fleet tests"
+  $sudo apt-get update -qq || { echo "test: apt-get update failed"; return 1; }
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || { echo "test: apt-get install ${missing[*]} failed"; return 1; }
+}
+if [ ${#missing[@]} -ne 0 ]; then
+  if [ "$(id -u)" -eq 0 ] || sudo -n true 2>/dev/null; then
+    prep_start apt prep_apt
+  else
+    prep_apt || die "could not install ${missing[*]}" # sudo may ask for a password: not in the background
   fi
 fi
+prep_start models-venv prep_python
+py="$root/.venv/bin/python"
 
 failures=()
 # The suite's offline transcriptions of the dev set, shared between the reference
@@ -209,11 +241,13 @@ unit_name="unit tests (ASan+UBSan)"
 fuzz_name="fuzzers, 10 s per target (libFuzzer + ASan/UBSan)"
 
 if [ "$only_unit" -eq 1 ]; then
+  prep_join
   run "$unit_name" "${unit[@]}"
 else
   # 2. Reference tests on real speech with the optimised build.
   cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$root/build" -j "$(nproc)" >/dev/null || die "release build failed"
+  prep_join
   manifest=${SOTTO_MANIFEST:-$(dirname "$root")/shared/audio/manifest.tsv}
   if [ ! -f "$manifest" ]; then
     run "$unit_name" "${unit[@]}"
