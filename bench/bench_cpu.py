@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """CPU benchmark: sotto (f32 weights; `sotto-bf16`, `sotto-q8`: --weights bf16 / q8)
-against faster-whisper (float32 and int8) on the dev clips.
+against faster-whisper (float32 and int8) and whisper.cpp (`wcpp`: f16 ggml,
+`wcpp-q8`: q8_0 ggml; the pywhispercpp package) on the dev clips.
 
 Each engine runs in its own process over all the clips (model loaded once),
 with the same model directory, thread count and decoding settings. Measured per
@@ -9,7 +10,15 @@ reading excluded, log-mel included), model load time, peak RSS of the engine
 process (wait4 ru_maxrss), user+sys CPU time, and corpus WER against the
 manifest references after Whisper's English normalizer.
 
+whisper.cpp reads the same model: bench/ggml_convert.py converts the
+CTranslate2 directory to a ggml file, cached under build/ggml/ (--ggml-dir) and
+converted again when the model or the converter changes; the conversion is not
+part of any timing. Its decoding is set to match: greedy (or beam search with
+--beam > 1), best_of, temperature with the same fallback steps, conditioned on
+the previous text, non-speech tokens suppressed.
+
     python3 bench/bench_cpu.py --sotto build/sotto --model models/tiny.en --threads 2
+    python3 bench/bench_cpu.py --engines sotto,fw-float32,wcpp --limit 3
 
 Validate with --limit 3; the full run belongs on a quiet machine.
 """
@@ -34,9 +43,14 @@ sys.path.insert(0, os.path.join(REPO, "tests", "ref"))
 
 import refcommon  # noqa: E402  (tests/ref: manifest, normalizer, WER, WAV reader)
 
-ENGINES = ("sotto", "sotto-bf16", "sotto-q8", "fw-float32", "fw-int8")
+ENGINES = ("sotto", "sotto-bf16", "sotto-q8", "fw-float32", "fw-int8", "wcpp", "wcpp-q8")
 SOTTO_WEIGHTS = {"sotto": "f32", "sotto-bf16": "bf16", "sotto-q8": "q8"}  # sotto's --weights
 FW_COMPUTE = {"fw-float32": "float32", "fw-int8": "int8"}
+WCPP_TYPE = {"wcpp": "f16", "wcpp-q8": "q8_0"}  # ggml weight type (bench/ggml_convert.py)
+
+
+def compute_type(engine):
+    return SOTTO_WEIGHTS.get(engine) or FW_COMPUTE.get(engine) or WCPP_TYPE[engine]
 
 
 # --------------------------------------------------------------------------
@@ -72,6 +86,109 @@ def fw_worker(cfg):
         wall = time.monotonic() - t
         print(json.dumps({"file": f, "text": text, "duration": len(audio) / 16000.0,
                           "wall_seconds": wall}), flush=True)
+
+
+# --------------------------------------------------------------------------
+# whisper.cpp worker (child process: `bench_cpu.py --wcpp-worker JSON`)
+# --------------------------------------------------------------------------
+
+def wcpp_temperature(temps):
+    """faster-whisper's temperature (a value or a fallback list) as whisper.cpp's
+    (temperature, temperature_inc, note): whisper.cpp falls back from t0 in steps
+    of inc up to 1.0, so only such lists map exactly."""
+    if not isinstance(temps, list):
+        return float(temps), 0.0, ""
+    t0 = temps[0]
+    if len(temps) == 1:
+        return t0, 0.0, ""
+    inc = temps[1] - temps[0]
+    n = int(round((1.0 - t0) / inc)) + 1 if inc > 0 else 0
+    exact = inc > 0 and len(temps) == n and all(
+        abs(t - (t0 + k * inc)) < 1e-6 for k, t in enumerate(temps))
+    return t0, inc, "" if exact else (f" (NOT the same list: whisper.cpp only falls back "
+                                      f"from {t0:g} in steps of {inc:g} up to 1.0)")
+
+
+def wcpp_versions():
+    """(pywhispercpp version, whisper.cpp version from the bundled libwhisper's name)."""
+    ver = pkg_version("pywhispercpp")
+    lib = "unknown"
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("pywhispercpp")
+        libs = os.path.join(os.path.dirname(os.path.dirname(spec.origin)), "pywhispercpp.libs")
+        for n in sorted(os.listdir(libs)):
+            m = re.match(r"libwhisper.*\.so\.(\d+\.\d+\.\d+)$", n)
+            if m:
+                lib = m.group(1)
+    except Exception:
+        pass
+    return ver, lib
+
+
+def wcpp_worker(cfg):
+    """Loads the ggml model once, transcribes every clip, prints one JSON line each."""
+    # whisper.cpp and the binding may print: keep stdout for the JSON lines only
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+
+    def emit(obj):
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    t0 = time.monotonic()
+    import numpy as np
+    import _pywhispercpp as pw
+    from pywhispercpp.model import Model
+    read_wav_16k = refcommon.read_wav_16k
+
+    if not os.path.isfile(cfg["ggml"]):  # a name that is not a file would be downloaded
+        sys.exit(f"ggml model not found: {cfg['ggml']}")
+    beam = cfg["beam"] > 1
+    temp, temp_inc, _ = wcpp_temperature(cfg["temperature"])
+    params = dict(n_threads=cfg["threads"], translate=False,
+                  no_context=False,            # condition on the previous text, as the others
+                  suppress_nst=True,           # non-speech tokens suppressed, as the others
+                  suppress_blank=True, no_timestamps=False, single_segment=False,
+                  token_timestamps=False, temperature=temp, temperature_inc=temp_inc,
+                  greedy={"best_of": cfg["best_of"]},
+                  print_progress=False, print_realtime=False, print_timestamps=False)
+    if beam:
+        params["beam_search"] = {"beam_size": cfg["beam"], "patience": -1.0}
+    t1 = time.monotonic()
+    m = Model(os.path.abspath(cfg["ggml"]), params_sampling_strategy=1 if beam else 0,
+              redirect_whispercpp_logs_to=False, **params)
+    load = time.monotonic() - t1
+    multilingual = bool(pw.whisper_is_multilingual(m._ctx))
+    # as fw_worker: English-only models get "en" (whisper.cpp would run detection on "auto")
+    lang = cfg["language"] or ("auto" if multilingual else "en")
+    # what whisper.cpp was given, read back from its whisper_full_params
+    got = m.get_params()
+
+    def sub(key, field):
+        v = got.get(key)
+        return v.get(field) if isinstance(v, dict) else getattr(v, field, v)
+
+    decoding = (f"strategy {got.get('strategy', 'beam search' if beam else 'greedy')}, "
+                f"beam_size {sub('beam_search', 'beam_size') if beam else 1}, "
+                f"best_of {sub('greedy', 'best_of')}, temperature {got.get('temperature')} "
+                f"+ steps of {got.get('temperature_inc')}, n_threads {got.get('n_threads')}, "
+                f"no_context {got.get('no_context')}, suppress_nst {got.get('suppress_nst')}, "
+                f"flash_attn {getattr(m._context_params, 'flash_attn', '?')}")
+    ver, lib = wcpp_versions()
+    emit({"event": "load", "load_seconds": load, "import_seconds": t1 - t0,
+          "pywhispercpp": ver, "whisper_cpp": lib,
+          "system_info": str(Model.system_info()).strip(),
+          "multilingual": multilingual,
+          "language": lang, "decoding": decoding})
+    for f in cfg["files"]:
+        audio = np.ascontiguousarray(read_wav_16k(f), dtype=np.float32)
+        t = time.monotonic()
+        segments = m.transcribe(audio, language=lang)
+        wall = time.monotonic() - t
+        # the binding strips each segment; whisper.cpp's segment texts carry their spaces
+        text = " ".join(s.text for s in segments)
+        emit({"file": f, "text": text, "duration": len(audio) / 16000.0, "wall_seconds": wall})
 
 
 # --------------------------------------------------------------------------
@@ -136,6 +253,13 @@ def run_engine(engine, args, files, language):
         res = run_child(cmd, args.timeout)
         m = re.search(r"model .* loaded in ([0-9.]+) s", res["stderr"])
         res["load_seconds"] = float(m.group(1)) if m else None
+    elif engine in WCPP_TYPE:
+        cfg = {"ggml": args.ggml[engine], "threads": args.threads, "beam": args.beam,
+               "best_of": args.best_of, "temperature": parse_temperature(args.temperature),
+               "language": language, "files": files}
+        cmd = [sys.executable, os.path.abspath(__file__), "--wcpp-worker", json.dumps(cfg)]
+        res = run_child(cmd, args.timeout)
+        res["load_seconds"] = None
     else:
         cfg = {"model": args.model, "compute_type": FW_COMPUTE[engine], "threads": args.threads,
                "beam": args.beam, "best_of": args.best_of,
@@ -279,7 +403,7 @@ def summarize(engine, runs, files, seconds, refs):
     total_wall = sum(per)
     total_audio = sum(seconds[f] for f in files)
     s.update({
-        "compute_type": SOTTO_WEIGHTS[engine] if engine in SOTTO_WEIGHTS else FW_COMPUTE[engine],
+        "compute_type": compute_type(engine),
         "total_audio_seconds": total_audio,
         "total_wall_seconds": total_wall,
         "rtfx": total_audio / total_wall if total_wall > 0 else None,
@@ -299,7 +423,9 @@ def summarize(engine, runs, files, seconds, refs):
 
 
 def print_report(cond, summaries, files, seconds, ids, args):
-    print("# sotto vs faster-whisper, CPU\n")
+    peers = ["faster-whisper"] + (["whisper.cpp"] if any(e in WCPP_TYPE for e in summaries)
+                                  else [])
+    print(f"# sotto vs {' vs '.join(peers)}, CPU\n")
     print("## Conditions\n")
     for k, v in cond.items():
         print(f"- {k}: {v}")
@@ -363,12 +489,21 @@ def print_report(cond, summaries, files, seconds, ids, args):
 
     # agreement of normalized texts
     if "sotto" in done:
-        for peer in ("sotto-bf16", "sotto-q8", "fw-float32", "fw-int8"):
+        for peer in ("sotto-bf16", "sotto-q8", "fw-float32", "fw-int8", "wcpp", "wcpp-q8"):
             if peer not in done:
                 continue
             diff = [f for f in files if refcommon.normalize(done["sotto"]["texts"][f])
                     != refcommon.normalize(done[peer]["texts"][f])]
             print(f"Normalized text identical, sotto vs {peer}: "
+                  f"{len(files) - len(diff)}/{len(files)} clips"
+                  + (f" (differ: {', '.join(ids[f] for f in diff[:10])}"
+                     f"{' ...' if len(diff) > 10 else ''})" if diff else ""))
+    # the converted model against the original one: whisper.cpp vs faster-whisper
+    for a, b in (("fw-float32", "wcpp"), ("fw-int8", "wcpp-q8")):
+        if a in done and b in done:
+            diff = [f for f in files if refcommon.normalize(done[a]["texts"][f])
+                    != refcommon.normalize(done[b]["texts"][f])]
+            print(f"Normalized text identical, {a} vs {b}: "
                   f"{len(files) - len(diff)}/{len(files)} clips"
                   + (f" (differ: {', '.join(ids[f] for f in diff[:10])}"
                      f"{' ...' if len(diff) > 10 else ''})" if diff else ""))
@@ -396,12 +531,14 @@ def main():
                     help="only clips at least this long (e.g. 60: the long files)")
     ap.add_argument("--beam", type=int, default=1)
     ap.add_argument("--best-of", type=int, default=5,
-                    help="samples per non-zero temperature, both engines (their default 5)")
+                    help="samples per non-zero temperature, all engines (their default 5)")
     ap.add_argument("--temperature", default="0",
                     help="temperature or comma-separated fallback list (default 0)")
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of each engine process, interleaved across engines")
+    ap.add_argument("--ggml-dir", default=os.path.join(REPO, "build", "ggml"),
+                    help="cache of the whisper.cpp model converted from --model")
     ap.add_argument("--json", default=None, help="save raw per-clip results here")
     ap.add_argument("--timeout", type=float, default=7200, help="per engine process, s")
     args = ap.parse_args()
@@ -418,7 +555,23 @@ def main():
         sys.exit(f"sotto binary not found: {args.sotto}")
     if not os.path.isdir(args.model):
         sys.exit(f"model directory not found: {args.model}")
-    parse_temperature(args.temperature)  # validates
+    temps = parse_temperature(args.temperature)  # validates
+
+    # whisper.cpp: the same model, converted to ggml (cached; not timed). In a child
+    # process: the engine processes inherit this one's peak RSS as their ru_maxrss floor
+    args.ggml = {}
+    for e in engines:
+        if e in WCPP_TYPE:
+            p = subprocess.run([sys.executable, os.path.join(HERE, "ggml_convert.py"), args.model,
+                                "--cache-dir", args.ggml_dir, "--type", WCPP_TYPE[e]],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                sys.exit(f"{e}: converting {args.model} to ggml failed:\n{p.stderr[-2000:]}")
+            info = json.loads(p.stdout.splitlines()[0])
+            print(f"[{e}] ggml model {info['out']} "
+                  f"({'converted now' if info['converted_now'] else 'cached'})",
+                  file=sys.stderr, flush=True)
+            args.ggml[e] = info["out"]
 
     langs = None if args.language == "all" else set(args.language.split(","))
     rows = rc.load_manifest(args.manifest or rc.DEFAULT_MANIFEST, languages=langs)
@@ -452,7 +605,7 @@ def main():
         "cores (os.cpu_count / affinity)": f"{os.cpu_count()} / {len(os.sched_getaffinity(0))}",
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "threads (both engines)": args.threads,
+        "threads (all engines)": args.threads,
         "model": f"{args.model} ({'multilingual' if multilingual else 'English-only'}"
                  f"{', language ' + language if language else ''})",
         "decoding": f"beam {args.beam}, temperature {args.temperature}, best_of {args.best_of}",
@@ -468,10 +621,22 @@ def main():
         "faster-whisper / ctranslate2 / numpy": f"{pkg_version('faster-whisper')} / "
                                                 f"{pkg_version('ctranslate2')} / "
                                                 f"{pkg_version('numpy')}",
+    }
+    if args.ggml:
+        t0, inc, note = wcpp_temperature(temps)
+        ver, lib = wcpp_versions()
+        cond["pywhispercpp / whisper.cpp"] = f"{ver} / {lib}"
+        cond["whisper.cpp model"] = ", ".join(f"{e}: {p} ({os.path.getsize(p) / 1e6:.1f} MB)"
+                                              for e, p in args.ggml.items())
+        cond["whisper.cpp decoding"] = (
+            f"{'beam search, beam_size ' + str(args.beam) if args.beam > 1 else 'greedy'}, "
+            f"best_of {args.best_of}, temperature {t0:g} + fallback steps of {inc:g}{note}, "
+            "no_context false (previous text as prompt), suppress_nst true")
+    cond.update({
         "env": ", ".join(f"{k}={os.environ[k]}" for k in sorted(os.environ)
                          if k.startswith(("OMP_", "OPENBLAS_", "MKL_", "CT2_", "SOTTO_")))
                or "(no OMP_/OPENBLAS_/MKL_/CT2_/SOTTO_ variables)",
-    }
+    })
 
     warm_page_cache([os.path.join(args.model, n) for n in os.listdir(args.model)] + files)
 
@@ -507,7 +672,13 @@ def main():
         f"{' '.join(f'{x:.2f}' for x in load0)} / {' '.join(f'{x:.2f}' for x in load1)}"
     for e in engines:
         w = next((r.get("worker") for r in runs[e] if r.get("worker")), None)
-        if w:
+        if w and e in WCPP_TYPE:
+            cond[f"{e} worker"] = (f"pywhispercpp {w['pywhispercpp']}, whisper.cpp "
+                                   f"{w['whisper_cpp']}, language {w['language']}, "
+                                   f"python+imports {w['import_seconds']:.2f} s (not in load); "
+                                   f"params: {w['decoding']}")
+            cond[f"{e} system_info"] = w["system_info"]
+        elif w:
             cond[f"{e} worker"] = (f"faster-whisper {w['faster_whisper']}, ctranslate2 "
                                    f"{w['ctranslate2']}, language {w['language']}, "
                                    f"python+imports {w['import_seconds']:.2f} s (not in load)")
@@ -539,5 +710,7 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--fw-worker":
         fw_worker(json.loads(sys.argv[2]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--wcpp-worker":
+        wcpp_worker(json.loads(sys.argv[2]))
     else:
         main()
