@@ -147,7 +147,11 @@ def wcpp_worker(cfg):
     beam = cfg["beam"] > 1
     temp, temp_inc, _ = wcpp_temperature(cfg["temperature"])
     params = dict(n_threads=cfg["threads"], translate=False,
-                  no_context=False,            # condition on the previous text, as the others
+                  # a fresh context per clip, conditioned on the previous text within it, as
+                  # the others: whisper.cpp keeps the last call's text in its state and, with
+                  # no_context False, prompts the next call (the next clip) with it; the 70 s
+                  # concat clip, after the clip it begins with, then lost its first 20 s
+                  no_context=True,
                   suppress_nst=True,           # non-speech tokens suppressed, as the others
                   suppress_blank=True, no_timestamps=False, single_segment=False,
                   token_timestamps=False, temperature=temp, temperature_inc=temp_inc,
@@ -631,7 +635,7 @@ def main():
         cond["whisper.cpp decoding"] = (
             f"{'beam search, beam_size ' + str(args.beam) if args.beam > 1 else 'greedy'}, "
             f"best_of {args.best_of}, temperature {t0:g} + fallback steps of {inc:g}{note}, "
-            "no_context false (previous text as prompt), suppress_nst true")
+            "no_context true (a fresh prompt per clip; previous text within it), suppress_nst true")
     cond.update({
         "env": ", ".join(f"{k}={os.environ[k]}" for k in sorted(os.environ)
                          if k.startswith(("OMP_", "OPENBLAS_", "MKL_", "CT2_", "SOTTO_")))
