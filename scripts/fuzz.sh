@@ -50,7 +50,8 @@ for d in /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/op
 done
 
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-cflags="-std=c11 -g -O1 -march=native -fopenmp=libgomp $san -Wno-unknown-pragmas
+# line tables (-gline-tables-only) are all a crash report needs: function, file, line
+cflags="-std=c11 -gline-tables-only -O1 -march=native -fopenmp=libgomp $san -Wno-unknown-pragmas
   -I$root/include -I$root/common -I$root/engine -I$root/kernels -I$root/stream -I$root/vad -I$root/server
   -I$root/fuzz $blas_inc $(pkg-config --cflags $pkgs)"
 libs="$(pkg-config --libs $pkgs) $blas_lib -lz -lm -lpthread -lgomp"
