@@ -250,6 +250,19 @@ def openai_tensors(v):
                 put(f"{dst_prefix}.{p}.bias", bp)
         return float(np.max(np.abs(bs[parts.index("key")]))) if "key" in parts else 0.0
 
+    # the parts encoder and decoder blocks share (CT2 layer s -> OpenAI block d)
+    def self_attn(d, s):
+        """Returns the largest |key bias| dropped."""
+        kb = split(d + ".attn", ["query", "key", "value"], s + "/self_attention/linear_0")
+        linear(d + ".attn.out", s + "/self_attention/linear_1")
+        norm(d + ".attn_ln", s + "/self_attention/layer_norm")
+        return kb
+
+    def mlp(d, s):
+        linear(d + ".mlp.0", s + "/ffn/linear_0")
+        linear(d + ".mlp.2", s + "/ffn/linear_1")
+        norm(d + ".mlp_ln", s + "/ffn/layer_norm")
+
     key_bias = 0.0
     n_enc = 1 + max(int(m.group(1)) for k in v for m in [re.match(r"encoder/layer_(\d+)/", k)] if m)
     n_dec = 1 + max(int(m.group(1)) for k in v for m in [re.match(r"decoder/layer_(\d+)/", k)] if m)
@@ -261,31 +274,21 @@ def openai_tensors(v):
     put("encoder.conv2.bias", get("encoder/conv2/bias"))
     for i in range(n_enc):
         s, d = f"encoder/layer_{i}", f"encoder.blocks.{i}"
-        key_bias = max(key_bias, split(d + ".attn", ["query", "key", "value"],
-                                       s + "/self_attention/linear_0"))
-        linear(d + ".attn.out", s + "/self_attention/linear_1")
-        norm(d + ".attn_ln", s + "/self_attention/layer_norm")
-        linear(d + ".mlp.0", s + "/ffn/linear_0")
-        linear(d + ".mlp.2", s + "/ffn/linear_1")
-        norm(d + ".mlp_ln", s + "/ffn/layer_norm")
+        key_bias = max(key_bias, self_attn(d, s))
+        mlp(d, s)
     norm("encoder.ln_post", "encoder/layer_norm")
 
     put("decoder.positional_embedding", get("decoder/position_encodings/encodings"))
     put("decoder.token_embedding.weight", get("decoder/embeddings/weight"))
     for i in range(n_dec):
         s, d = f"decoder/layer_{i}", f"decoder.blocks.{i}"
-        key_bias = max(key_bias, split(d + ".attn", ["query", "key", "value"],
-                                       s + "/self_attention/linear_0"))
-        linear(d + ".attn.out", s + "/self_attention/linear_1")
-        norm(d + ".attn_ln", s + "/self_attention/layer_norm")
+        key_bias = max(key_bias, self_attn(d, s))
         linear(d + ".cross_attn.query", s + "/attention/linear_0")
         key_bias = max(key_bias, split(d + ".cross_attn", ["key", "value"],
                                        s + "/attention/linear_1"))
         linear(d + ".cross_attn.out", s + "/attention/linear_2")
         norm(d + ".cross_attn_ln", s + "/attention/layer_norm")
-        linear(d + ".mlp.0", s + "/ffn/linear_0")
-        linear(d + ".mlp.2", s + "/ffn/linear_1")
-        norm(d + ".mlp_ln", s + "/ffn/layer_norm")
+        mlp(d, s)
     norm("decoder.ln", "decoder/layer_norm")
 
     used.add("decoder/projection/weight")  # alias of the token embedding (tied)
