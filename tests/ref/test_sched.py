@@ -93,6 +93,23 @@ def upload(port, path, model, timeout=180.0):
 # --- overload ---------------------------------------------------------------------
 
 
+async def upload_and_stream(srv, wav, model_ref, audio, off, **stream_kw):
+    """An upload of wav (model model_ref) and a streaming session of audio at about the same
+    moment: the stream off seconds after the upload (before it when off < 0). Returns
+    (StreamResult, (status, body))."""
+    async def post():
+        if off < 0:
+            await asyncio.sleep(-off)
+        return await asyncio.to_thread(upload, srv.port, wav, model_ref)
+
+    async def stream():
+        if off > 0:
+            await asyncio.sleep(off)
+        return await sc.stream_async(srv.ws_url, audio, **stream_kw)
+
+    return await asyncio.gather(stream(), post())
+
+
 async def try_start(url, audio):
     """Connects and sends start; the events until the server closes (or 15 s)."""
     try:
@@ -329,21 +346,9 @@ def section_race(ctx, ck):
                 time.sleep(0.2)
             before = {v: len(srv.log_lines(f" loaded {ctx.model_name} ({v}):")) for v in variants}
 
-            async def both(v):
-                async def post():
-                    if off < 0:
-                        await asyncio.sleep(-off)
-                    return await asyncio.to_thread(upload, srv.port, wav, f"{ctx.model_name}:{v}")
-
-                async def stream():
-                    if off > 0:
-                        await asyncio.sleep(off)
-                    return await sc.stream_async(srv.ws_url, short, weights=v)
-
-                return await asyncio.gather(stream(), post())
-
             async def all_variants():
-                return await asyncio.gather(*(both(v) for v in variants))
+                return await asyncio.gather(*(upload_and_stream(srv, wav, f"{ctx.model_name}:{v}", short,
+                                                                off, weights=v) for v in variants))
 
             for v, (r, (status, body)) in zip(variants, sc.run(all_variants())):
                 attempts += 1
@@ -387,21 +392,9 @@ def section_budget(ctx, ck):
                 time.sleep(0.2)
             resident = lambda m: sum(v for k, v in m.items() if k.startswith("sotto_weights_bytes{"))  # noqa: E731
 
-            async def both():
-                async def post():
-                    if off < 0:
-                        await asyncio.sleep(-off)
-                    return await asyncio.to_thread(upload, srv.port, wav, f"{ctx.model_name}:q8")
-
-                async def stream():
-                    if off > 0:
-                        await asyncio.sleep(off)
-                    return await sc.stream_async(srv.ws_url, short, weights="nf4", wait_ready=False)
-
-                return await asyncio.gather(stream(), post())
-
             with sc.MetricsPoller(srv, resident) as poll:
-                r, (status, body) = sc.run(both())
+                r, (status, body) = sc.run(upload_and_stream(srv, wav, f"{ctx.model_name}:q8", short, off,
+                                                             weights="nf4", wait_ready=False))
             peak = max([peak] + poll.values())
             stream_ok = r.ready is not None and not r.errors
             stream_budget = any(e.get("code") == "model_unavailable" and "budget" in e.get("message", "")
