@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CPU benchmark: sotto (f32 weights; `sotto-bf16`, `sotto-q8`: --weights bf16 / q8)
+"""CPU benchmark: sotto (f32 weights; `sotto-f16`, `sotto-bf16`, `sotto-q8`: --weights
+f16 / bf16 / q8; f16 is the CLI's default for a float16 checkpoint)
 against faster-whisper (float32 and int8) and whisper.cpp (`wcpp`: f16 ggml,
 `wcpp-q8`: q8_0 ggml; the pywhispercpp package) on the dev clips.
 
@@ -43,8 +44,10 @@ sys.path.insert(0, os.path.join(REPO, "tests", "ref"))
 
 import refcommon  # noqa: E402  (tests/ref: manifest, normalizer, WER, WAV reader)
 
-ENGINES = ("sotto", "sotto-bf16", "sotto-q8", "fw-float32", "fw-int8", "wcpp", "wcpp-q8")
-SOTTO_WEIGHTS = {"sotto": "f32", "sotto-bf16": "bf16", "sotto-q8": "q8"}  # sotto's --weights
+ENGINES = ("sotto", "sotto-f16", "sotto-bf16", "sotto-q8", "fw-float32", "fw-int8", "wcpp",
+           "wcpp-q8")
+SOTTO_WEIGHTS = {"sotto": "f32", "sotto-f16": "f16", "sotto-bf16": "bf16",
+                 "sotto-q8": "q8"}  # sotto's --weights
 FW_COMPUTE = {"fw-float32": "float32", "fw-int8": "int8"}
 WCPP_TYPE = {"wcpp": "f16", "wcpp-q8": "q8_0"}  # ggml weight type (bench/ggml_convert.py)
 
@@ -493,7 +496,8 @@ def print_report(cond, summaries, files, seconds, ids, args):
 
     # agreement of normalized texts
     if "sotto" in done:
-        for peer in ("sotto-bf16", "sotto-q8", "fw-float32", "fw-int8", "wcpp", "wcpp-q8"):
+        for peer in ("sotto-f16", "sotto-bf16", "sotto-q8", "fw-float32", "fw-int8", "wcpp",
+                     "wcpp-q8"):
             if peer not in done:
                 continue
             diff = [f for f in files if refcommon.normalize(done["sotto"]["texts"][f])

@@ -38,7 +38,7 @@ static int bmat_make(bmat *b, sotto_wfmt fmt, int rows, int cols, const float *s
     b->w.fmt = fmt, b->w.rows = rows, b->w.cols = cols;
     size_t total = sotto_wfmt_bytes(fmt, rows, cols), n = (size_t)rows * cols;
     size_t dbytes = fmt == SOTTO_WFMT_F32    ? n * 4
-                    : fmt == SOTTO_WFMT_BF16 ? n * 2
+                    : fmt == SOTTO_WFMT_BF16 || fmt == SOTTO_WFMT_F16 ? n * 2
                     : fmt == SOTTO_WFMT_Q8   ? n
                                              : n / 2;
     b->data = malloc(dbytes);

@@ -20,7 +20,7 @@ static void usage(FILE *f) {
             "(options may come after the directories; -- ends them)\n"
             "\n"
             "Loads IN_DIR (CTranslate2 or Hugging Face), quantizes it while loading\n"
-            "(F: f32 | bf16 | q8 | nf4 | nvfp4; P: per-part overrides such as\n"
+            "(F: f32 | f16 | bf16 | q8 | nf4 | nvfp4; P: per-part overrides such as\n"
             "encoder=nvfp4,decoder=q8) and writes a snapshot to OUT_DIR (safetensors +\n"
             "sotto_quant.json) that loads without the original.\n"
             "--verify reloads OUT_DIR, requires every tensor to equal the in-memory one,\n"

@@ -25,7 +25,7 @@ int cli_model_opt(int code, const char *arg, cli_model_opts *o, const char *prog
         return 1;
     case CLI_OPT_WEIGHTS:
         if (sotto_wfmt_parse(arg, &o->mp.weights))
-            return bad(prog, "weights", arg, "f32, bf16, q8, nf4 or nvfp4");
+            return bad(prog, "weights", arg, "f32, f16, bf16, q8, nf4 or nvfp4");
         return 1;
     case CLI_OPT_POLICY:
         o->mp.policy = arg;
@@ -71,8 +71,10 @@ int cli_opt_error(int code, int argc, char **argv, const char *prog) {
 void cli_model_opts_usage(FILE *f) {
     fprintf(f,
             "  --model DIR            model directory (default: %s)\n"
-            "  --weights F            f32 | bf16 | q8 | nf4 | nvfp4 (default f32; quantized while\n"
-            "                         loading; a snapshot from `sotto quantize` keeps its own)\n"
+            "  --weights F            f32 | f16 | bf16 | q8 | nf4 | nvfp4 (quantized while\n"
+            "                         loading; default: the checkpoint's own precision, f16 for\n"
+            "                         a float16 CTranslate2 model, else f32: both transcribe\n"
+            "                         alike; a snapshot from `sotto quantize` keeps its own)\n"
             "  --policy P             per-part formats: a preset (default: 4-bit keeps the parts\n"
             "                         measured to need 8 bits at q8; uniform: every linear\n"
             "                         layer in F) and/or part=format items, e.g.\n"

@@ -338,6 +338,20 @@ done:
     return rc;
 }
 
+/* The default weights for this file: f16 when every matrix (rank 2: the
+ * linear layers and the embedding) is float16, as CTranslate2 writes a
+ * "float16" conversion; they are then used in place, exactly, at half the
+ * bytes of f32. Anything else (float32, int8 conversions): f32. */
+static sotto_wfmt ckpt_weights(const ct2_file *f) {
+    int n = 0;
+    for (int i = 0; i < f->n_vars; i++) {
+        if (f->vars[i].rank != 2) continue;
+        if (f->vars[i].dtype != SOTTO_DT_F16) return SOTTO_WFMT_F32;
+        n++;
+    }
+    return n ? SOTTO_WFMT_F16 : SOTTO_WFMT_F32;
+}
+
 int sotto_load_ct2(sotto_model *m, const char *dir, sotto_err *err) {
     char path[4096];
     if (sotto_path_join(path, sizeof path, dir, "model.bin"))
@@ -348,6 +362,7 @@ int sotto_load_ct2(sotto_model *m, const char *dir, sotto_err *err) {
     ct2_file f = {path, m->map.data, m->map.data + m->map.size, m->map.data, NULL, 0};
     if ((rc = parse(&f, err))) goto done;
     if ((rc = fill_hparams(m, &f, err))) goto done;
+    m->ckpt_weights = ckpt_weights(&f);
     if ((rc = sotto_model_choose_policy(m, err))) goto done;
     if ((rc = sotto_model_alloc_slots(m, err))) goto done;
     for (int i = 0; i < f.n_vars; i++)

@@ -68,7 +68,7 @@ static void add_lin(slot_builder *sb, const char *prefix, int64_t out, int64_t i
 }
 
 sotto_wfmt sotto_model_asked_weights(const sotto_model *m) {
-    return m->params.weights == SOTTO_WFMT_DEFAULT ? SOTTO_WFMT_F32 : m->params.weights;
+    return m->params.weights == SOTTO_WFMT_DEFAULT ? m->ckpt_weights : m->params.weights;
 }
 
 int sotto_model_choose_policy(sotto_model *m, sotto_err *err) {
@@ -249,6 +249,7 @@ static void fmt_sizes(sotto_wfmt f, int64_t rows, int64_t cols, size_t *data, si
     *scales = 0;
     switch (f) {
     case SOTTO_WFMT_F32: *data = n * 4; break;
+    case SOTTO_WFMT_F16:
     case SOTTO_WFMT_BF16: *data = n * 2; break;
     case SOTTO_WFMT_Q8: *data = n, *scales = n / 32 * 4; break;
     case SOTTO_WFMT_NF4: *data = n / 2, *scales = n / 64 * 4; break;
@@ -287,17 +288,26 @@ static int store_matrix(sotto_model *m, sotto_slot *s, const sotto_src_tensor *s
     w->fmt = f;
     w->rows = (int32_t)rows;
     w->cols = (int32_t)cols;
-    /* used in place: float32 or bfloat16 data that needs no conversion */
+    /* used in place: float32, float16 or bfloat16 data that needs no conversion */
     if (!src->row_scale && in_map(m, p, src_bytes) &&
         ((f == SOTTO_WFMT_F32 && src->dtype == SOTTO_DT_F32 && ((uintptr_t)p & 3u) == 0) ||
+         (f == SOTTO_WFMT_F16 && src->dtype == SOTTO_DT_F16 && ((uintptr_t)p & 1u) == 0) ||
          (f == SOTTO_WFMT_BF16 && src->dtype == SOTTO_DT_BF16 && ((uintptr_t)p & 1u) == 0))) {
-        if (f == SOTTO_WFMT_F32) {
-            const float *d = (const float *)p;
-            for (size_t i = 0; i < (size_t)(rows * cols); i++)
-                if (!(d[i] - d[i] == 0.0f))
-                    return sotto_err_set(err, SOTTO_E_FORMAT,
-                                         "%s: tensor '%s' holds a non-finite value at element %zu",
-                                         src->file, src->name, i);
+        for (size_t i = 0; i < (size_t)(rows * cols); i++) {
+            int bad = 0;
+            if (f == SOTTO_WFMT_F32) {
+                float v;
+                memcpy(&v, p + 4 * i, 4);
+                bad = !(v - v == 0.0f);
+            } else if (f == SOTTO_WFMT_F16) {
+                uint16_t h;
+                memcpy(&h, p + 2 * i, 2);
+                bad = (h & 0x7c00u) == 0x7c00u; /* all exponent bits: inf or NaN */
+            }
+            if (bad)
+                return sotto_err_set(err, SOTTO_E_FORMAT,
+                                     "%s: tensor '%s' holds a non-finite value at element %zu",
+                                     src->file, src->name, i);
         }
         w->data = p;
         m->borrows_map = 1;
@@ -359,7 +369,9 @@ static int store_matrix(sotto_model *m, sotto_slot *s, const sotto_src_tensor *s
             if (rc)
                 sotto_err_set(err, rc, "%s: tensor '%s' cannot be quantized to %s%s", src->file,
                               src->name, sotto_wfmt_name(f),
-                              rc == SOTTO_E_FORMAT ? " (non-finite values)" : "");
+                              rc == SOTTO_E_FORMAT  ? " (non-finite values)"
+                              : rc == SOTTO_E_RANGE ? " (values beyond a half's range)"
+                                                    : "");
         }
     }
     if (rc == 0 && dq_nf4) {
@@ -476,7 +488,9 @@ int sotto_model_put_quantized(sotto_model *m, const char *name, const sotto_wmat
     if (w->nf4_dq) sbytes = 0; /* absmax comes as double-quantized tables */
     *s->mat = *w;
     /* data: bytes (any alignment for 8/4-bit codes, 2 for bf16, 4 for f32) */
-    size_t align = w->fmt == SOTTO_WFMT_F32 ? 4 : w->fmt == SOTTO_WFMT_BF16 ? 2 : 1;
+    size_t align = w->fmt == SOTTO_WFMT_F32                                  ? 4
+                   : w->fmt == SOTTO_WFMT_BF16 || w->fmt == SOTTO_WFMT_F16 ? 2
+                                                                            : 1;
     const void *arrays[2] = {w->data, w->scales};
     size_t sizes[2] = {dbytes, sbytes};
     size_t aligns[2] = {align, w->fmt == SOTTO_WFMT_NVFP4 ? 1 : 4};

@@ -161,6 +161,10 @@ static int add_matrix(writer *w, const char *hf, const sotto_wmat *m, sotto_err 
         int64_t d[2] = {r, c};
         return add(w, hf, SOTTO_DT_BF16, 2, d, m->data, (size_t)n * 2, fn, err);
     }
+    case SOTTO_WFMT_F16: {
+        int64_t d[2] = {r, c};
+        return add(w, hf, SOTTO_DT_F16, 2, d, m->data, (size_t)n * 2, fn, err);
+    }
     case SOTTO_WFMT_Q8: {
         int64_t d[2] = {r, c}, ds[2] = {r, c / 32};
         if ((rc = add(w, hf, SOTTO_DT_I8, 2, d, m->data, (size_t)n, fn, err))) return rc;

@@ -10,6 +10,10 @@
  *
  *   F32    data: float[rows][cols]
  *   BF16   data: uint16[rows][cols] (bfloat16 bits)
+ *   F16    data: uint16[rows][cols] (IEEE binary16 bits). Exact for the
+ *          float16 checkpoints Whisper ships as (CTranslate2, most Hugging
+ *          Face exports): half the bytes of F32 and the same values, so a
+ *          decoder step, bound by reading its weights, reads half as much.
  *   Q8     data: int8[rows][cols]; scales: float[rows][cols/32];
  *          value = q * scale (symmetric, scale = absmax / 127)
  *   NF4    data: uint8[rows*cols/2], bitsandbytes order: element 2i in the
@@ -39,6 +43,7 @@ typedef enum sotto_wfmt {
     SOTTO_WFMT_Q8,
     SOTTO_WFMT_NF4,
     SOTTO_WFMT_NVFP4,
+    SOTTO_WFMT_F16, /* added last, so the others keep their values */
     SOTTO_WFMT_COUNT
 } sotto_wfmt;
 
@@ -59,11 +64,11 @@ typedef struct sotto_wmat {
     float global_scale;         /* NVFP4 */
 } sotto_wmat;
 
-/* Name of a format ("f32", "bf16", "q8", "nf4", "nvfp4"); parse the reverse. */
+/* Name of a format ("f32", "f16", "bf16", "q8", "nf4", "nvfp4"); parse the reverse. */
 const char *sotto_wfmt_name(sotto_wfmt fmt);
 int sotto_wfmt_parse(const char *name, sotto_wfmt *out); /* 0 or SOTTO_E_INVALID */
 
-/* Block size along cols (1 for f32/bf16, 32 q8, 64 nf4, 16 nvfp4). */
+/* Block size along cols (1 for f32/f16/bf16, 32 q8, 64 nf4, 16 nvfp4). */
 int sotto_wfmt_block(sotto_wfmt fmt);
 
 /* Bytes used by a rows x cols matrix in format fmt (data + scales, without

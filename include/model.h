@@ -100,6 +100,9 @@ struct sotto_model {
     int n_default_suppress;
 
     sotto_policy policy;  /* formats the linear layers are stored in */
+    sotto_wfmt ckpt_weights; /* the weights when none are asked: the checkpoint's own
+                              * precision where sotto keeps it exactly (f16 for a float16
+                              * CTranslate2 model, set by its reader), else f32 */
     struct sotto_calib *calib; /* while loading: params.calib, loaded */
     int from_snapshot;    /* loaded pre-quantized (formats fixed by the file) */
     size_t load_peak_rss; /* VmHWM after loading, bytes (0 if unknown) */
@@ -123,7 +126,7 @@ struct sotto_model {
  * pre-quantized checkpoint must then match. */
 int sotto_model_formats_asked(const sotto_model *m);
 
-/* The weight format asked for (float32 when none). */
+/* The weight format asked for (m->ckpt_weights when none). */
 sotto_wfmt sotto_model_asked_weights(const sotto_model *m);
 
 /* Sets m->policy from the caller's weights and policy string for m->hp's

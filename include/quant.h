@@ -49,8 +49,9 @@ float sotto_e4m3_decode(uint8_t code);
  * allocated them with sotto_wfmt_bytes sizes; data and scales at the offsets
  * of row r0). For NVFP4, w->global_scale must be set first with
  * sotto_nvfp4_global_scale(amax of the WHOLE tensor).
- * Returns 0, SOTTO_E_INVALID if cols is not a multiple of the block, or
- * SOTTO_E_FORMAT if src holds NaN or Inf. */
+ * Returns 0, SOTTO_E_INVALID if cols is not a multiple of the block,
+ * SOTTO_E_FORMAT if src holds NaN or Inf, or SOTTO_E_RANGE for F16 when a
+ * value is too large for a half (|x| >= 65520). */
 int sotto_quantize_rows(sotto_wmat *w, void *data, void *scales, const float *src, int r0,
                         int nr);
 

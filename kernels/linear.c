@@ -4,7 +4,7 @@
  *  - n <= SOTTO_SKINNY_MAX_N (32) rows of x (decoder steps, short prompts):
  *    a fused kernel per format streams each weight row once, dequantizing it
  *    in registers, and dots it with every row of x, 4 weight rows by up to 4
- *    rows of x per tile (linear_{f32,q8,nf4,nvfp4}.c; their memory contract
+ *    rows of x per tile (linear_{f32,q8,nf4,nvfp4}.c, f16 and bf16 with q8; their memory contract
  *    is checked here in sanitized builds, tile_check.h).
  *  - more rows (encoder, prompts): the weights are dequantized a block of
  *    rows at a time into a bounded scratch buffer and multiplied with sgemm;
@@ -37,6 +37,7 @@ void sotto_wmat_dequantize_rows(const sotto_wmat *w, int r0, int nr, float *dst)
         memcpy(dst, (const float *)w->data + (size_t)r0 * (size_t)w->cols,
                sizeof(float) * (size_t)nr * (size_t)w->cols);
         break;
+    case SOTTO_WFMT_F16: sotto__dequant_f16(w, r0, nr, dst); break;
     case SOTTO_WFMT_BF16: sotto__dequant_bf16(w, r0, nr, dst); break;
     case SOTTO_WFMT_Q8: sotto__dequant_q8(w, r0, nr, dst); break;
     case SOTTO_WFMT_NF4: sotto__dequant_nf4(w, r0, nr, dst); break;
@@ -129,7 +130,8 @@ static void linear_any(const sotto_wmat *w, const float *bias, const float *x, i
     } else if (sotto_linear_quantizes_x_to_q8(w, n) &&
                sotto_gemm_q8(w->data, w->scales, w->rows, w->cols, x, n, y, accumulate) == 0) {
         /* the CPU's int8 dot product on the weights as stored (x quantized as they are) */
-    } else if (n > SOTTO_SKINNY_MAX_N) {
+    } else if (n > SOTTO_SKINNY_MAX_N || (w->fmt == SOTTO_WFMT_F16 && n > SOTTO_SKINNY_MAX_N_F32)) {
+        /* f16 changes regime where f32 does, so that both give the same sums */
         linear_gemm_blocks(w, x, n, y, accumulate ? 1.0f : 0.0f);
     } else {
         sotto__tile_skinny(w, x, n, y);
@@ -137,6 +139,7 @@ static void linear_any(const sotto_wmat *w, const float *bias, const float *x, i
         case SOTTO_WFMT_F32:
             sotto__skinny_f32(w, x, n, y, accumulate);
             break;
+        case SOTTO_WFMT_F16: sotto__skinny_f16(w, x, n, y, accumulate); break;
         case SOTTO_WFMT_BF16: sotto__skinny_bf16(w, x, n, y, accumulate); break;
         case SOTTO_WFMT_Q8: sotto__skinny_q8(w, x, n, y, accumulate); break;
         case SOTTO_WFMT_NF4: sotto__skinny_nf4(w, x, n, y, accumulate); break;

@@ -88,6 +88,7 @@ void sotto__permute_x(const float *x, int n, int cols, float *dst);
 /* Skinny kernels: y[r][j] (=|+=) W[j] . x[r] for any n (used for n <= SOTTO_SKINNY_MAX_N),
  * OpenMP-parallel over output rows. No bias. */
 void sotto__skinny_f32(const sotto_wmat *w, const float *x, int n, float *y, int accumulate);
+void sotto__skinny_f16(const sotto_wmat *w, const float *x, int n, float *y, int accumulate);
 void sotto__skinny_bf16(const sotto_wmat *w, const float *x, int n, float *y, int accumulate);
 void sotto__skinny_q8(const sotto_wmat *w, const float *x, int n, float *y, int accumulate);
 void sotto__skinny_nf4(const sotto_wmat *w, const float *x, int n, float *y, int accumulate);
@@ -99,6 +100,7 @@ void sotto__skinny_nvfp4(const sotto_wmat *w, const float *x, int n, float *y, i
 int sotto__tiles_instrumented(void);
 
 /* Row dequantizers (rows [r0, r0 + nr) into dst[nr][cols]), exact. */
+void sotto__dequant_f16(const sotto_wmat *w, int r0, int nr, float *dst);
 void sotto__dequant_bf16(const sotto_wmat *w, int r0, int nr, float *dst);
 void sotto__dequant_q8(const sotto_wmat *w, int r0, int nr, float *dst);
 void sotto__dequant_nf4(const sotto_wmat *w, int r0, int nr, float *dst);

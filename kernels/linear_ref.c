@@ -9,6 +9,7 @@ float sotto__wmat_get(const sotto_wmat *w, size_t row, int col) {
     const size_t i = row * (size_t)w->cols + (size_t)col; /* flat element index */
     switch (w->fmt) {
     case SOTTO_WFMT_F32: return ((const float *)w->data)[i];
+    case SOTTO_WFMT_F16: return sotto_fp16_to_f32(((const uint16_t *)w->data)[i]);
     case SOTTO_WFMT_BF16: return sotto_bf16_to_f32(((const uint16_t *)w->data)[i]);
     case SOTTO_WFMT_Q8:
         return (float)((const int8_t *)w->data)[i] * ((const float *)w->scales)[i / 32];

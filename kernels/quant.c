@@ -279,6 +279,10 @@ int sotto_quantize_rows(sotto_wmat *w, void *data, void *scales, const float *sr
     case SOTTO_WFMT_F32:
         memcpy((float *)data + base, src, sizeof(float) * (size_t)nr * (size_t)cols);
         return 0;
+    case SOTTO_WFMT_F16:
+        return sotto__quant_f16_rows((uint16_t *)data + base, src, (size_t)nr * (size_t)cols)
+                   ? SOTTO_E_RANGE
+                   : 0;
     case SOTTO_WFMT_BF16:
         sotto__quant_bf16_rows((uint16_t *)data + base, src, (size_t)nr * (size_t)cols);
         return 0;

@@ -71,6 +71,15 @@ int sotto__all_finite(const float *p, size_t n) {
     return 1;
 }
 
+int sotto__quant_f16_rows(uint16_t *dst, const float *src, size_t n) {
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = sotto_f32_to_fp16(src[i]);
+        if ((dst[i] & 0x7fffu) == 0x7c00u) rc = -1; /* |x| >= 65520: no half holds it */
+    }
+    return rc;
+}
+
 void sotto__quant_bf16_rows(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = sotto_f32_to_bf16(src[i]);
 }

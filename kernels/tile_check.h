@@ -60,6 +60,7 @@ static inline void sotto__tile_wrows(const sotto_wmat *w, int r0, int nr) {
     if (ne == 0) return;
     switch (w->fmt) {
     case SOTTO_WFMT_F32: sotto__tile_region(d + e0 * 4, ne * 4); break;
+    case SOTTO_WFMT_F16:
     case SOTTO_WFMT_BF16: sotto__tile_region(d + e0 * 2, ne * 2); break;
     case SOTTO_WFMT_Q8:
         sotto__tile_region(d + e0, ne);
@@ -126,12 +127,14 @@ void sotto__gelu_span(float *x, size_t n);
 void sotto__add_bias_row(float *x, const float *b, int d);
 
 /* The quantizers' tiles (quant_tiles.c), called from quant.c after the checks:
- * whether the n floats at p are all finite; bf16 of n floats; one row of cols
+ * whether the n floats at p are all finite; f16 or bf16 of n floats (f16: 0,
+ * or -1 when a value is too large for a half and was stored as infinity); one row of cols
  * elements in q8 (32-element blocks: q, scales[cols / 32]), nf4 (64: q[cols /
  * 2], absmax[cols / 64]) or nvfp4 (16: q[cols / 2], E4M3 scales[cols / 16],
  * gp the tensor's 1 / global scale), round-to-nearest or with the scale
  * search (h: the columns' importance, or NULL). */
 int sotto__all_finite(const float *p, size_t n);
+int sotto__quant_f16_rows(uint16_t *dst, const float *src, size_t n);
 void sotto__quant_bf16_rows(uint16_t *dst, const float *src, size_t n);
 void sotto__quant_q8_row(int8_t *q, float *scales, const float *x, int cols);
 void sotto__quant_nf4_row(uint8_t *q, float *absmax, const float *x, int cols);

@@ -11,7 +11,7 @@ static const struct {
     int block;
 } fmt_info[SOTTO_WFMT_COUNT] = {
     [SOTTO_WFMT_F32] = {"f32", 1},  [SOTTO_WFMT_BF16] = {"bf16", 1}, [SOTTO_WFMT_Q8] = {"q8", 32},
-    [SOTTO_WFMT_NF4] = {"nf4", 64}, [SOTTO_WFMT_NVFP4] = {"nvfp4", 16},
+    [SOTTO_WFMT_NF4] = {"nf4", 64}, [SOTTO_WFMT_NVFP4] = {"nvfp4", 16}, [SOTTO_WFMT_F16] = {"f16", 1},
 };
 
 const char *sotto_wfmt_name(sotto_wfmt fmt) {
@@ -38,6 +38,7 @@ size_t sotto_wfmt_bytes(sotto_wfmt fmt, int32_t rows, int32_t cols) {
     size_t n = (size_t)rows * (size_t)cols;
     switch (fmt) {
     case SOTTO_WFMT_F32: return n * sizeof(float);
+    case SOTTO_WFMT_F16:
     case SOTTO_WFMT_BF16: return n * sizeof(uint16_t);
     case SOTTO_WFMT_Q8: return n + n / 32 * sizeof(float);
     case SOTTO_WFMT_NF4: return n / 2 + n / 64 * sizeof(float);

@@ -36,7 +36,7 @@ int srv_compat_model(srv *s, const char *name, char *model, size_t model_sz, sot
     if (colon) {
         *colon = '\0';
         if (sotto_wfmt_parse(colon + 1, weights)) {
-            snprintf(why, why_sz, "unknown weights '%.32s' in the model name (f32, bf16, q8, nf4, nvfp4)",
+            snprintf(why, why_sz, "unknown weights '%.32s' in the model name (f32, f16, bf16, q8, nf4, nvfp4)",
                      colon + 1);
             return -1;
         }

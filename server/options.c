@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "  --host ADDR            listen address (default: all)\n"
             "  --port N               port for HTTP and WebSocket (default 8765)\n"
             "  --model DIR            a model directory; repeat for several (default models/tiny.en)\n"
-            "  --weights LIST         weight variants sessions may use (default f32,bf16,q8,nf4,nvfp4)\n"
+            "  --weights LIST         weight variants sessions may use (default f32,f16,bf16,q8,nf4,nvfp4)\n"
             "  --default-weights F    variant for sessions that do not choose (default f32)\n"
             "  --memory-budget-mb N   resident weights of all variants (default 0: no limit)\n"
             "  --max-sessions N       sessions started and connected at once (default 16)\n"

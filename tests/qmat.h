@@ -32,6 +32,7 @@ typedef struct test_qmat {
 static inline void test_qmat_bytes(sotto_wfmt fmt, size_t n, size_t *data, size_t *scales) {
     *scales = 0;
     switch (fmt) {
+    case SOTTO_WFMT_F16:
     case SOTTO_WFMT_BF16: *data = n * 2; break;
     case SOTTO_WFMT_Q8: *data = n, *scales = n / 32 * sizeof(float); break;
     case SOTTO_WFMT_NF4: *data = n / 2, *scales = n / 64 * sizeof(float); break;

@@ -207,10 +207,28 @@ static void test_real_models(void) {
         CHECK_EQ_INT(sp->timestamp_begin, 50363);
         CHECK_EQ_INT(sp->timestamp_end, 51863);
         CHECK_EQ_INT(sp->n_langs, 0);
-        /* float16 checkpoint held as float32 */
-        CHECK_MSG(sotto_model_weight_bytes(m) > 140u << 20 && sotto_model_weight_bytes(m) < 160u << 20,
-                  "tiny.en weight bytes %zu", sotto_model_weight_bytes(m));
+        /* a float16 checkpoint: by default its linear layers stay float16 (used
+         * in place), about half of float32's bytes */
+        char pol[512];
+        sotto_model_policy_string(m, pol, sizeof pol);
+        CHECK_MSG(strstr(pol, "encoder.attn=f16") && strstr(pol, "decoder.mlp=f16") &&
+                      strstr(pol, "embed=f16") && !strstr(pol, "f32"),
+                  "tiny.en default policy %s", pol);
+        const size_t half = sotto_model_weight_bytes(m);
+        CHECK_MSG(half > 70u << 20 && half < 85u << 20, "tiny.en weight bytes %zu", half);
         sotto_model_free(m);
+        /* asked for float32: held as float32 */
+        sotto_err err;
+        sotto_err_clear(&err);
+        sotto_model_params mp = sotto_model_default_params();
+        mp.weights = SOTTO_WFMT_F32;
+        m = sotto_model_load(dir, &mp, &err);
+        CHECK_MSG(m != NULL, "tiny.en as f32: %s", err.msg);
+        if (m) {
+            size_t full = sotto_model_weight_bytes(m);
+            CHECK_MSG(full > 140u << 20 && full < 160u << 20, "tiny.en f32 weight bytes %zu", full);
+            sotto_model_free(m);
+        }
     }
     snprintf(dir, sizeof dir, "%s/models/base", g_src);
     CHECK_MSG(stat(dir, &st) == 0, "model directory %s is missing", dir);

@@ -35,8 +35,9 @@ static uint32_t f_bits(float f) { return sotto_bits_from_f32(f); }
 /* ---- format table ------------------------------------------------------------------- */
 
 static void test_format_table(void) {
-    const char *names[] = {"f32", "bf16", "q8", "nf4", "nvfp4"};
-    const int blocks[] = {1, 1, 32, 64, 16};
+    const char *names[] = {"f32", "bf16", "q8", "nf4", "nvfp4", "f16"};
+    const int blocks[] = {1, 1, 32, 64, 16, 1};
+    CHECK_EQ_INT(SOTTO_WFMT_COUNT, 6);
     for (int f = 0; f < SOTTO_WFMT_COUNT; f++) {
         CHECK_STR(sotto_wfmt_name((sotto_wfmt)f), names[f]);
         sotto_wfmt p = SOTTO_WFMT_COUNT;
@@ -55,7 +56,9 @@ static void test_format_table(void) {
     CHECK_EQ_INT(sotto_wfmt_bytes(SOTTO_WFMT_Q8, 384, 384), 384 * 384 + 384 * 12 * 4);
     CHECK_EQ_INT(sotto_wfmt_bytes(SOTTO_WFMT_NF4, 384, 384), 384 * 192 + 384 * 6 * 4);
     CHECK_EQ_INT(sotto_wfmt_bytes(SOTTO_WFMT_NVFP4, 384, 384), 384 * 192 + 384 * 24);
+    CHECK_EQ_INT(sotto_wfmt_bytes(SOTTO_WFMT_F16, 384, 384), 384 * 384 * 2);
     CHECK_EQ_INT(sotto_wfmt_bytes(SOTTO_WFMT_BF16, 3, 7), 42);
+    CHECK_EQ_INT(sotto_wfmt_bytes(SOTTO_WFMT_F16, 3, 7), 42);
     CHECK_EQ_INT(sotto_wfmt_bytes(SOTTO_WFMT_Q8, 2, 48), 0);    /* not a multiple of 32 */
     CHECK_EQ_INT(sotto_wfmt_bytes(SOTTO_WFMT_NF4, 2, 96), 0);   /* of 64 */
     CHECK_EQ_INT(sotto_wfmt_bytes(SOTTO_WFMT_NVFP4, 2, 40), 0); /* of 16 */
@@ -290,6 +293,72 @@ static void test_double_quant(void) {
 /* Matrices are tests/qmat.h's test_qmat: exact-size buffers, so a kernel that
  * reads past a matrix is reported under ASan. */
 
+/* f16: halves are exact; rounding to nearest even; too large for a half is refused */
+static void test_f16_roundtrip(void) {
+    float src[2 * 32], back[2 * 32];
+    for (int i = 0; i < 64; i++) src[i] = (float)(i - 20) * 0.375f;
+    src[5] = 0x1p-24f;  /* the smallest subnormal half */
+    src[6] = -65504.0f; /* the largest finite half */
+    src[7] = 0x1.ff8p-15f; /* the largest subnormal half */
+    test_qmat q;
+    CHECK_EQ_INT(test_qmat_make(&q, SOTTO_WFMT_F16, 2, 32, src, 2, 0), 0);
+    sotto_wmat_dequantize_rows(&q.w, 0, 2, back);
+    CHECK(memcmp(src, back, sizeof src) == 0);
+    CHECK(((uint16_t *)q.data)[6] == 0xfbffu && ((uint16_t *)q.data)[5] == 0x0001u);
+    test_qmat_free(&q);
+    /* 1 + 2^-11 is a tie -> 1; 1 + 3 * 2^-11 -> 1 + 2^-9; 65519 -> 65504 */
+    float t[4] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65519.0f, 0x1p-26f}, tb[4];
+    CHECK_EQ_INT(test_qmat_make(&q, SOTTO_WFMT_F16, 1, 4, t, 1, 0), 0);
+    sotto_wmat_dequantize_rows(&q.w, 0, 1, tb);
+    CHECK(tb[0] == 1.0f && tb[1] == 1.0f + 0x1p-9f && tb[2] == 65504.0f && tb[3] == 0.0f);
+    test_qmat_free(&q);
+    /* 65520 rounds to infinity: refused, not stored as inf */
+    uint16_t d[4];
+    float big[4] = {1.0f, -65520.0f, 2.0f, 3.0f};
+    sotto_wmat w = {SOTTO_WFMT_F16, 1, 4, d, NULL, NULL, 0.0f};
+    CHECK_EQ_INT(sotto_quantize_rows(&w, d, NULL, big, 0, 1), SOTTO_E_RANGE);
+}
+
+/* f16 weights hold the values of an f16 checkpoint exactly, and sotto_linear
+ * on them gives the same bits as on the same values in f32, in every regime
+ * (the fused kernel up to 16 rows of x, sgemm above), with 1 and 2 threads:
+ * a model loaded as f16 transcribes exactly as the f32 one. */
+static void test_f16_equals_f32(void) {
+    const int shapes[][2] = {{4, 64}, {37, 384}, {1536, 384}, {384, 1536}, {9, 80}};
+    const int ns[] = {1, 2, 3, 4, 5, 8, 16, 17, 33, 40};
+    for (int threads = 1; threads <= 2; threads++) {
+        sotto_threads_set(threads);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int rows = shapes[s][0], cols = shapes[s][1];
+            float *src = malloc(sizeof(float) * (size_t)rows * cols);
+            for (size_t i = 0; i < (size_t)rows * cols; i++)
+                src[i] = sotto_fp16_to_f32(sotto_f32_to_fp16(grand() * 0.05f)); /* half values */
+            test_qmat h, f;
+            CHECK_EQ_INT(test_qmat_make(&h, SOTTO_WFMT_F16, rows, cols, src, rows, 0), 0);
+            CHECK_EQ_INT(test_qmat_make(&f, SOTTO_WFMT_F32, rows, cols, src, rows, 0), 0);
+            CHECK(memcmp(f.data, src, sizeof(float) * (size_t)rows * cols) == 0);
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                const int n = ns[ni];
+                float *x = malloc(sizeof(float) * (size_t)n * cols);
+                float *yh = malloc(sizeof(float) * (size_t)n * rows), *yf = malloc(sizeof(float) * (size_t)n * rows);
+                for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
+                for (int acc = 0; acc <= 1; acc++) {
+                    for (size_t i = 0; i < (size_t)n * rows; i++) yh[i] = yf[i] = (float)i * 0.001f;
+                    (acc ? sotto_linear_acc : sotto_linear)(&h.w, NULL, x, n, yh);
+                    (acc ? sotto_linear_acc : sotto_linear)(&f.w, NULL, x, n, yf);
+                    CHECK_MSG(memcmp(yh, yf, sizeof(float) * (size_t)n * rows) == 0,
+                              "f16 vs f32 %dx%d n=%d%s, %d threads: not the same bits", rows, cols, n,
+                              acc ? " (accumulate)" : "", threads);
+                }
+                free(x), free(yh), free(yf);
+            }
+            test_qmat_free(&h), test_qmat_free(&f);
+            free(src);
+        }
+    }
+    sotto_threads_set(0);
+}
+
 static void test_bf16_q8_roundtrip(void) {
     float src[2 * 32], back[2 * 32];
     for (int i = 0; i < 64; i++) src[i] = (float)(i - 20) * 0.375f; /* bf16-exact values */
@@ -396,9 +465,10 @@ static void test_quant_errors(void) {
     sotto_wmat w = {SOTTO_WFMT_Q8, 2, 64, data, scales, NULL, 0.0f};
     CHECK_EQ_INT(sotto_quantize_rows(&w, data, scales, src, 1, 2), SOTTO_E_INVALID);
     /* NaN / Inf rejected by every quantizer */
-    const sotto_wfmt fmts[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4};
+    const sotto_wfmt fmts[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4,
+                               SOTTO_WFMT_F16};
     for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < 4; i++) {
+        for (size_t i = 0; i < 5; i++) {
             float s2[64];
             for (int j = 0; j < 64; j++) s2[j] = frand();
             s2[37] = k ? INFINITY : NAN;
@@ -411,16 +481,16 @@ static void test_quant_errors(void) {
  * chunked quantization == whole-matrix quantization */
 static void test_quant_error_bounds(void) {
     const sotto_wfmt fmts[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NF4,
-                               SOTTO_WFMT_NVFP4};
-    const int dq[] = {0, 0, 0, 1, 0};
-    const double bound[] = {0.003, 0.012, 0.11, 0.11, 0.12};
+                               SOTTO_WFMT_NVFP4, SOTTO_WFMT_F16};
+    const int dq[] = {0, 0, 0, 1, 0, 0};
+    const double bound[] = {0.003, 0.012, 0.11, 0.11, 0.12, 0.0004};
     const int shapes[][2] = {{1, 64}, {3, 128}, {7, 192}, {37, 384}};
     for (size_t s = 0; s < 4; s++) {
         int rows = shapes[s][0], cols = shapes[s][1];
         size_t n = (size_t)rows * cols;
         float *src = malloc(n * 4), *back = malloc(n * 4), *back2 = malloc(n * 4);
         for (size_t i = 0; i < n; i++) src[i] = grand() * 0.03f;
-        for (size_t f = 0; f < 5; f++) {
+        for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
             test_qmat q, q2;
             CHECK_EQ_INT(test_qmat_make(&q, fmts[f], rows, cols, src, rows, dq[f]), 0);
             CHECK_EQ_INT(test_qmat_make(&q2, fmts[f], rows, cols, src, 3, dq[f]), 0);
@@ -801,8 +871,8 @@ static void test_kernels(void) {
     const int shapes[][2] = {{1, 64}, {3, 128}, {7, 192}, {5, 1536}, {33, 384}, {64, 64},
                              {100, 320}};
     const sotto_wfmt fmts[] = {SOTTO_WFMT_F32, SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4,
-                               SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4};
-    const int dq[] = {0, 0, 0, 0, 1, 0};
+                               SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4, SOTTO_WFMT_F16};
+    const int dq[] = {0, 0, 0, 0, 1, 0, 0};
     for (int threads = 1; threads <= 2; threads++) {
         sotto_threads_set(threads);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -822,14 +892,16 @@ static void test_kernels(void) {
             }
             free(src);
         }
-        /* shapes with a tail past the last 32-column chunk: f32, bf16 and nvfp4 */
+        /* shapes with a tail past the last 32-column chunk: f32, f16, bf16 and nvfp4 */
         const int tails[][2] = {{3, 16}, {5, 48}, {9, 80}, {4, 7}, {6, 33}};
+        const sotto_wfmt tail_fmts[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_NVFP4, SOTTO_WFMT_F32,
+                                        SOTTO_WFMT_F16};
         for (size_t t = 0; t < 5; t++) {
             int rows = tails[t][0], cols = tails[t][1];
             float *src = malloc(sizeof(float) * (size_t)rows * cols);
             for (size_t i = 0; i < (size_t)rows * cols; i++) src[i] = grand();
-            for (int f = 0; f < 3; f++) {
-                sotto_wfmt fmt = f == 2 ? SOTTO_WFMT_F32 : f ? SOTTO_WFMT_NVFP4 : SOTTO_WFMT_BF16;
+            for (int f = 0; f < 4; f++) {
+                sotto_wfmt fmt = tail_fmts[f];
                 if (cols % sotto_wfmt_block(fmt)) continue;
                 test_qmat q;
                 CHECK_EQ_INT(test_qmat_make(&q, fmt, rows, cols, src, rows, 0), 0);
@@ -850,11 +922,12 @@ static void test_kernels_large(void) {
     const int rows = 1500, cols = 512, n = 40;
     float *src = malloc(sizeof(float) * (size_t)rows * cols);
     for (size_t i = 0; i < (size_t)rows * cols; i++) src[i] = grand() * 0.05f;
-    const sotto_wfmt fmts[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4};
+    const sotto_wfmt fmts[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4,
+                               SOTTO_WFMT_F16};
     float *x = malloc(sizeof(float) * (size_t)n * cols), *y = malloc(sizeof(float) * n * rows),
           *yr = malloc(sizeof(float) * n * rows);
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
-    for (size_t f = 0; f < 4; f++) {
+    for (size_t f = 0; f < 5; f++) {
         test_qmat q;
         CHECK_EQ_INT(test_qmat_make(&q, fmts[f], rows, cols, src, 256, fmts[f] == SOTTO_WFMT_NF4), 0);
         for (int nn = 1; nn <= n; nn += n - 1) {
@@ -983,7 +1056,7 @@ static void test_nonfinite_x(void) {
     const int rows = 48, cols = 128;
     const int ns[] = {1, 3, 4, 5, 13, 64};
     const sotto_wfmt fmts[] = {SOTTO_WFMT_F32, SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4,
-                               SOTTO_WFMT_NVFP4};
+                               SOTTO_WFMT_NVFP4, SOTTO_WFMT_F16};
     float *src = malloc(sizeof(float) * rows * cols);
     for (int i = 0; i < rows * cols; i++) src[i] = frand();
     for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
@@ -1023,6 +1096,8 @@ int main(void) {
     test_e4m3_codec();
     test_dyn8_map();
     test_double_quant();
+    test_f16_roundtrip();
+    test_f16_equals_f32();
     test_bf16_q8_roundtrip();
     test_nf4_by_hand();
     test_nvfp4_by_hand();

@@ -64,14 +64,14 @@ static int tmat_make(test_qmat *t, sotto_wfmt fmt, int rows, int cols, int dq, s
 }
 
 static const sotto_wfmt fmts[] = {SOTTO_WFMT_F32, SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4,
-                                  SOTTO_WFMT_NVFP4};
+                                  SOTTO_WFMT_NVFP4, SOTTO_WFMT_F16};
 
 /* Part 1: the linked tiles against the scalar reference. */
 static void check_values(void) {
     for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
         for (int dq = 0; dq <= (fmts[f] == SOTTO_WFMT_NF4); dq++) {
             const sotto_wfmt fmt = fmts[f];
-            /* rows not a multiple of the tile's 4; f32 and bf16 also with a column tail */
+            /* rows not a multiple of the tile's 4; f32, f16 and bf16 also with a column tail */
             const int rows = 37, cols = sotto_wfmt_block(fmt) > 1 ? 128 : 72;
             test_qmat t;
             CHECK_EQ_INT(tmat_make(&t, fmt, rows, cols, dq, 0, 0, 0), 0);
@@ -155,15 +155,16 @@ static void check_attention(void) {
 static void check_quantizers(void) {
     const int rows = 6, cols = 192; /* 3 nf4 blocks, 12 nvfp4, 6 q8 per row */
     const size_t n = (size_t)rows * cols;
-    const sotto_wfmt qf[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4};
-    const double bound[] = {0.005, 0.02, 0.15, 0.15};
+    const sotto_wfmt qf[] = {SOTTO_WFMT_BF16, SOTTO_WFMT_Q8, SOTTO_WFMT_NF4, SOTTO_WFMT_NVFP4,
+                             SOTTO_WFMT_F16};
+    const double bound[] = {0.005, 0.02, 0.15, 0.15, 0.0005};
     float *src = malloc(sizeof(float) * n), *back = malloc(sizeof(float) * n);
     float *h = malloc(sizeof(float) * cols);
     for (size_t i = 0; i < n; i++) src[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
     for (int c = 0; c < cols; c++) h[c] = 0.1f + fabsf(frand());
     for (size_t f = 0; f < sizeof qf / sizeof qf[0]; f++) {
         for (int search = 0; search <= 1; search++) {
-            if (search && f < 2) continue; /* the search is for the 4-bit formats */
+            if (search && (f < 2 || f > 3)) continue; /* the search is for the 4-bit formats */
             test_qmat q;
             CHECK_EQ_INT(test_qmat_alloc(&q, qf[f], rows, cols, src), 0);
             sotto_quant_opts o = {search, h};
@@ -176,7 +177,7 @@ static void check_quantizers(void) {
             }
             CHECK_MSG(sqrt(e2 / s2) < bound[f], "quantizer %s%s: relative RMS error %g",
                       sotto_wfmt_name(qf[f]), search ? " (search)" : "", sqrt(e2 / s2));
-            if (f >= 2) { /* the search's weighted error against round-to-nearest's */
+            if (f == 2 || f == 3) { /* the search's weighted error against round-to-nearest's */
                 static double rtn_we;
                 if (!search) rtn_we = we;
                 else CHECK_MSG(we <= rtn_we * (1 + 1e-6), "%s: search error %g > round-to-nearest %g",
@@ -314,6 +315,7 @@ static int die(const char *what) {
     else if (strcmp(what, "nf4-scales") == 0) fmt = SOTTO_WFMT_NF4, ss = 4;
     else if (strcmp(what, "nf4-codes") == 0) fmt = SOTTO_WFMT_NF4, dq = 1, sc = 1;
     else if (strcmp(what, "nvfp4-weights") == 0) fmt = SOTTO_WFMT_NVFP4, sd = 1;
+    else if (strcmp(what, "f16-weights") == 0) fmt = SOTTO_WFMT_F16, sd = 2;
     else if (strcmp(what, "dequant-dst") == 0) fmt = SOTTO_WFMT_NF4, dequant = 1;
     else return die_attention(what);
     const int cols = 128;
@@ -376,7 +378,8 @@ int main(int argc, char **argv) {
                                   "attention-scores", "attention-out", "attention-kt",
                                   "attention-v", "attention-q", "softmax", "quant-src",
                                   "quant-dst", "quant-scales", "quant-importance",
-                                  "layernorm-x", "layernorm-y", "layernorm-gamma", "gelu", "bias"};
+                                  "layernorm-x", "layernorm-y", "layernorm-gamma", "gelu", "bias",
+                                  "f16-weights"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_reported("/proc/self/exe", cases[i]);
     return check_report();
 #else

@@ -1,8 +1,10 @@
 /* upload.c - host side of sotto_cuda_wmat_upload: the scales a kernel reads
- * (NF4 double quantization expanded to floats) and the code tables. */
+ * (NF4 double quantization expanded to floats), f16 weights as f32, and the
+ * code tables. */
 #include "cuda_linear.h"
 
 #include "cuda_internal.h"
+#include "half.h"
 #include "linear_internal.h"
 #include "quant.h"
 
@@ -23,10 +25,20 @@ sotto_cuda_wmat *sotto_cuda_wmat_upload(const sotto_wmat *w, sotto_err *err) {
 
     const size_t n = (size_t)w->rows * (size_t)w->cols;
     size_t data_bytes = 0, scale_bytes = 0;
-    const void *scales = w->scales;
+    const void *scales = w->scales, *data = w->data;
+    sotto_wfmt fmt = w->fmt;
     float *expanded = NULL;
     switch (w->fmt) {
     case SOTTO_WFMT_F32: data_bytes = n * 4; break;
+    case SOTTO_WFMT_F16: /* the device kernels have no f16 path: held as the f32 it equals */
+        expanded = malloc(n * sizeof(float));
+        if (!expanded) {
+            sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
+            return NULL;
+        }
+        for (size_t i = 0; i < n; i++) expanded[i] = sotto_fp16_to_f32(((const uint16_t *)w->data)[i]);
+        fmt = SOTTO_WFMT_F32, data = expanded, data_bytes = n * 4;
+        break;
     case SOTTO_WFMT_BF16: data_bytes = n * 2; break;
     case SOTTO_WFMT_Q8: data_bytes = n, scale_bytes = n / 32 * sizeof(float); break;
     case SOTTO_WFMT_NF4:
@@ -44,7 +56,7 @@ sotto_cuda_wmat *sotto_cuda_wmat_upload(const sotto_wmat *w, sotto_err *err) {
     case SOTTO_WFMT_NVFP4: data_bytes = n / 2, scale_bytes = n / 16; break;
     default: sotto_err_set(err, SOTTO_E_INVALID, "cuda: unknown weight format"); return NULL;
     }
-    sotto_cuda_wmat *d = sotto__cuda_wmat_new(w->fmt, w->rows, w->cols, w->global_scale, w->data, data_bytes,
+    sotto_cuda_wmat *d = sotto__cuda_wmat_new(fmt, w->rows, w->cols, w->global_scale, data, data_bytes,
                                               scales, scale_bytes, err);
     free(expanded);
     return d;

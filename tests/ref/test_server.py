@@ -15,7 +15,8 @@ would (tests/ref/server_client.py). Sections (--only / --skip take their names):
              utterance of >= 3 s arrives before its last audio was sent; seq
              gapless; commits never revised; acks monotonic, last = sent.
   weights    two concurrent sessions, f32 and nf4, over 8 clips each: WER of each
-             within 3 pp of the offline CLI with the same --weights.
+             within 3 pp of the offline CLI with the same --weights; then f16
+             over 3 of them: half f32's bytes, the same finals.
   badinput   malformed JSON, unknown type, audio before start, bad rate/channels/
              encoding, odd-length PCM, garbage Opus packets, a 10 MB message, a
              wrong path, an abrupt TCP reset: each on its own connection while a
@@ -418,9 +419,28 @@ def section_weights(ctx, ck):
                        {k: r.transcript for k, r in r4.items()}, off_nf4, 3.0, verbose=False)
     ck.ok("weights: streamed nf4 WER within 5 pp of streamed f32", w4 <= w32 + 5.0,
           f"nf4 {w4:.2f}%, f32 {w32:.2f}%")
+    # f16: the float16 checkpoint as it is, so the same finals as f32 at half the bytes
+    few = dict(list(audios.items())[:3])
+
+    async def lane16():
+        return {k: await sc.stream_async(srv.ws_url, a, start={"weights": "f16"})
+                for k, a in few.items()}
+
+    r16 = sc.run(lane16())
+    got = {r.ready.get("weights") if r.ready else None for r in r16.values()}
+    ck.ok("weights f16: ready.weights", got == {"f16"}, str(got))
+    check_all_sessions(ck, "weights f16", r16, few)
+    b16 = next(iter(r16.values())).ready or {}
+    ck.ok("weights: f16 weights_bytes about half of f32's",
+          0.45 < b16.get("weights_bytes", 0) / max(1, b32.get("weights_bytes", 0)) < 0.55,
+          f"f16 {b16.get('weights_bytes')} B, f32 {b32.get('weights_bytes')} B")
+    same = [k for k in few if r16[k].transcript == r32[k].transcript]
+    ck.ok("weights: f16 finals identical to f32's", len(same) == len(few),
+          "; ".join(f"{k}: {r16[k].transcript!r} vs {r32[k].transcript!r}"
+                    for k in few if k not in same))
     m = srv.metrics()
-    ck.ok("weights: /metrics lists both variants",
-          any('weights="nf4"' in k for k in m) and any('weights="f32"' in k for k in m),
+    ck.ok("weights: /metrics lists the variants",
+          all(any(f'weights="{w}"' in k for k in m) for w in ("f32", "nf4", "f16")),
           ", ".join(k for k in m if k.startswith("sotto_weights_bytes")))
 
 
