@@ -264,6 +264,21 @@ static int in_map(const sotto_model *m, const void *p, size_t bytes) {
            b - m->map.data <= (ptrdiff_t)(m->map.size - bytes);
 }
 
+/* Index of the first NaN or infinity among the n elements at p (aligned for
+ * fmt), or (size_t)-1; f32 and f16 are checked, bf16 is not (as before). */
+static size_t first_nonfinite(sotto_wfmt fmt, const void *p, size_t n) {
+    if (fmt == SOTTO_WFMT_F32) {
+        const float *d = p;
+        for (size_t i = 0; i < n; i++)
+            if (!(d[i] - d[i] == 0.0f)) return i;
+    } else if (fmt == SOTTO_WFMT_F16) {
+        const uint16_t *h = p;
+        for (size_t i = 0; i < n; i++)
+            if ((h[i] & 0x7c00u) == 0x7c00u) return i; /* all exponent bits: inf or NaN */
+    }
+    return (size_t)-1;
+}
+
 /* Rows converted to float32 at a time while quantizing. */
 #define QUANT_CHUNK_ROWS 64
 
@@ -293,22 +308,11 @@ static int store_matrix(sotto_model *m, sotto_slot *s, const sotto_src_tensor *s
         ((f == SOTTO_WFMT_F32 && src->dtype == SOTTO_DT_F32 && ((uintptr_t)p & 3u) == 0) ||
          (f == SOTTO_WFMT_F16 && src->dtype == SOTTO_DT_F16 && ((uintptr_t)p & 1u) == 0) ||
          (f == SOTTO_WFMT_BF16 && src->dtype == SOTTO_DT_BF16 && ((uintptr_t)p & 1u) == 0))) {
-        for (size_t i = 0; i < (size_t)(rows * cols); i++) {
-            int bad = 0;
-            if (f == SOTTO_WFMT_F32) {
-                float v;
-                memcpy(&v, p + 4 * i, 4);
-                bad = !(v - v == 0.0f);
-            } else if (f == SOTTO_WFMT_F16) {
-                uint16_t h;
-                memcpy(&h, p + 2 * i, 2);
-                bad = (h & 0x7c00u) == 0x7c00u; /* all exponent bits: inf or NaN */
-            }
-            if (bad)
-                return sotto_err_set(err, SOTTO_E_FORMAT,
-                                     "%s: tensor '%s' holds a non-finite value at element %zu",
-                                     src->file, src->name, i);
-        }
+        size_t bad = first_nonfinite(f, p, (size_t)(rows * cols));
+        if (bad != (size_t)-1)
+            return sotto_err_set(err, SOTTO_E_FORMAT,
+                                 "%s: tensor '%s' holds a non-finite value at element %zu",
+                                 src->file, src->name, bad);
         w->data = p;
         m->borrows_map = 1;
         return SOTTO_OK;

@@ -4,8 +4,9 @@
  *  - n <= SOTTO_SKINNY_MAX_N (32) rows of x (decoder steps, short prompts):
  *    a fused kernel per format streams each weight row once, dequantizing it
  *    in registers, and dots it with every row of x, 4 weight rows by up to 4
- *    rows of x per tile (linear_{f32,q8,nf4,nvfp4}.c, f16 and bf16 with q8; their memory contract
- *    is checked here in sanitized builds, tile_check.h).
+ *    rows of x per tile (linear_{f32,q8,nf4,nvfp4}.c, f16 and bf16 with q8;
+ *    16 rows for f32 and f16); their memory contract is checked here in
+ *    sanitized builds, tile_check.h.
  *  - more rows (encoder, prompts): the weights are dequantized a block of
  *    rows at a time into a bounded scratch buffer and multiplied with sgemm;
  *    except bf16 and q8 weights on a CPU with the matching dot product
@@ -105,6 +106,14 @@ int sotto_linear_quantizes_x_to_q8(const sotto_wmat *w, int n) {
            sotto_gemm_q8_supported();
 }
 
+/* Most rows of x the fused kernel takes for w's format. f32 has no decoding
+ * to save and hands over to sgemm sooner; f16 holds f32's values and
+ * changes regime at the same point, so that both give the same sums. */
+static int skinny_max_n(sotto_wfmt fmt) {
+    return fmt == SOTTO_WFMT_F32 || fmt == SOTTO_WFMT_F16 ? SOTTO_SKINNY_MAX_N_F32
+                                                          : SOTTO_SKINNY_MAX_N;
+}
+
 static void linear_any(const sotto_wmat *w, const float *bias, const float *x, int n, float *y,
                        int accumulate) {
     if (n <= 0 || w->rows <= 0) return;
@@ -121,7 +130,7 @@ static void linear_any(const sotto_wmat *w, const float *bias, const float *x, i
         sotto_linear_ref(w, bias, x, n, y, accumulate);
         return;
     }
-    if (w->fmt == SOTTO_WFMT_F32 && n > SOTTO_SKINNY_MAX_N_F32) {
+    if (w->fmt == SOTTO_WFMT_F32 && n > skinny_max_n(w->fmt)) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x, w->cols,
                     (const float *)w->data, w->cols, accumulate ? 1.0f : 0.0f, y, w->rows);
     } else if (sotto_linear_rounds_x_to_bf16(w, n) &&
@@ -130,8 +139,7 @@ static void linear_any(const sotto_wmat *w, const float *bias, const float *x, i
     } else if (sotto_linear_quantizes_x_to_q8(w, n) &&
                sotto_gemm_q8(w->data, w->scales, w->rows, w->cols, x, n, y, accumulate) == 0) {
         /* the CPU's int8 dot product on the weights as stored (x quantized as they are) */
-    } else if (n > SOTTO_SKINNY_MAX_N || (w->fmt == SOTTO_WFMT_F16 && n > SOTTO_SKINNY_MAX_N_F32)) {
-        /* f16 changes regime where f32 does, so that both give the same sums */
+    } else if (n > skinny_max_n(w->fmt)) {
         linear_gemm_blocks(w, x, n, y, accumulate ? 1.0f : 0.0f);
     } else {
         sotto__tile_skinny(w, x, n, y);
