@@ -2,7 +2,8 @@
 
 Streams every English dev clip as fast as the server takes them (2 sessions
 at a time) with the given `start` options and audio variant, and prints the
-corpus WER of the finals, with and without the 324 s chapter. With
+corpus WER of the finals, with and without the 324 s chapter, and the clips
+whose final text holds a loop (a phrase 3+ times in a row, 4+ words). With
 --offline-opus it instead prints the offline CLI's WER on the Opus-decoded
 audio (the same packets the streaming test sends). docs/PERF.md's table
 "Accuracy: streamed finals vs the offline CLI" was made with this command.
@@ -97,8 +98,23 @@ def main():
     w_short = rc.corpus_wer([r["text"] for r in short], [hyps[r["id"]] for r in short])
     print(f"{label}: corpus WER {w:.2f}% over {len(rows)} clips ({w_short:.2f}% without the "
           f"long chapter), {time.monotonic() - t0:.0f} s")
+    loops = looping_clips(hyps)
+    print(f"clips with a loop (a phrase 3+ times in a row, 4+ words in all): {len(loops)}"
+          + "".join(f"\n  {k}: {phrase!r}" for k, phrase in loops))
     if args.paired_with:
         paired(rows, hyps, args.paired_with)
+
+
+def looping_clips(hyps):
+    """(clip id, the repeated phrase) for every hypothesis in which a phrase (of up
+    to 16 normalized words) is said 3 or more times in a row, 4 or more words in all."""
+    out = []
+    for k in sorted(hyps):
+        words = rc.normalize(hyps[k]).split()
+        run = rc.repeated_run(words, min_copies=3, min_words=4)
+        if run:
+            out.append((k, " ".join(words[run[2]:run[2] + run[0]])))
+    return out
 
 
 def paired(rows, hyps, other_path):
