@@ -558,7 +558,7 @@ int sotto_generate_greedy_batch(const sotto_model *m, sotto_workspace *ws, sotto
         r->o.max_new_tokens = j->max_new_tokens;
         sotto_err jerr;
         int jrc = plan(m, j->prompt, j->n_prompt, &r->o, &r->L, &jerr);
-        if (jrc == SOTTO_OK && r->L.n_prefix > 0) r->o.n_suppress_begin = 0;
+        if (jrc == SOTTO_OK && r->L.n_prefix > 0 && !j->begin_after_prefix) r->o.n_suppress_begin = 0;
         r->R = (rules){sp, &r->o, V, r->L.timestamps, r->L.n_prefix > 0, 0};
         r->R.max_initial_id = sp->timestamp_begin + (int)lroundf(o->max_initial_timestamp / 0.02f);
         if (r->R.max_initial_id > sp->timestamp_end) r->R.max_initial_id = sp->timestamp_end;

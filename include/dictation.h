@@ -93,6 +93,10 @@ typedef struct sotto_pass {
                               utterance's final tokens when its audio leads the
                               window (lead_max_s); none on a continuation */
     int n_prefix;
+    int lead_only;         /* the prefix holds only the previous utterance's tokens (and
+                              <|0.00|>): nothing of this window is committed yet, so
+                              the pass must not end before its first token (Whisper's
+                              blank suppression after a prefix) */
     const int32_t *context; /* earlier text (initial prompt, finalized windows) */
     int n_context;
 } sotto_pass;

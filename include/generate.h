@@ -72,6 +72,8 @@ typedef struct sotto_gen_job {
     int max_new_tokens;       /* 0: the context rule */
     int (*on_token)(void *user, int32_t token, float logprob); /* may be NULL */
     void *user;
+    int begin_after_prefix;   /* 1: the suppress_begin list applies after the forced
+                                 prefix too (a prefix that is not this window's text) */
     sotto_generate_result res; /* out */
     int status;                /* out: 0 or a sotto_status for this job */
 } sotto_gen_job;
@@ -82,7 +84,8 @@ typedef struct sotto_gen_job {
  * o supplies the suppression lists and the max initial timestamp (beam,
  * temperature and best_of are ignored); unlike sotto_generate, the
  * suppress_begin list applies only to jobs without a forced prefix (a
- * window whose text is already committed may end at once). A job that
+ * window whose text is already committed may end at once) or with
+ * begin_after_prefix set. A job that
  * fails gets its status set and the others go on; the return value is an
  * error only for failures that stop the whole batch. */
 int sotto_generate_greedy_batch(const sotto_model *model, sotto_workspace *ws, sotto_gen_job *jobs,

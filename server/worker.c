@@ -421,6 +421,10 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         j->n_prompt = c->n_prompt;
         j->on_token = on_token;
         j->user = c;
+        /* a prefix of only the previous utterance's text: this window's speech
+           must give at least one token (suppress_begin), as Whisper's first
+           sampled token after a prefix */
+        j->begin_after_prefix = c->pass->lead_only;
         nj++;
     }
     double t_dec = srv_now();

@@ -215,6 +215,18 @@ static char *text_of(const sotto_dictation *d, const int32_t *t, int n) {
     return s ? s : calloc(1, 1);
 }
 
+/* 1 when the committed text ends in an ellipsis ("that..."): Whisper's own
+ * mark of a sentence cut at the window's end. As a lead it makes the next
+ * utterance open with "..." and bend its first word to fit ("...Treyfels"
+ * for "trifles"; docs/PERF.md), so such a final leads nothing. */
+static int ends_cut(const sotto_dictation *d) {
+    char *t = text_of(d, d->committed + d->n_committed - 1, 1);
+    size_t n = strlen(t);
+    int cut = (n >= 3 && !strcmp(t + n - 3, "...")) || (n >= 3 && !strcmp(t + n - 3, "\xe2\x80\xa6"));
+    free(t);
+    return cut;
+}
+
 /* ---- windows ----------------------------------------------------------------- */
 
 /* The window passes work on: the oldest closed one, else the open one. */
@@ -516,6 +528,7 @@ const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     d->pass.n = n;
     d->pass.prefix = d->pass_prefix;
     d->pass.n_prefix = n_prefix;
+    d->pass.lead_only = lead && d->n_committed == 0;
     /* the lead's text is in the prefix: not again in the prompt */
     int ctx_end = d->n_context;
     if (lead && ctx_end >= lead &&
@@ -824,7 +837,7 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
         d->n_lead = 0;
         if (!(flags & SOTTO_PASS_RESET_CONTEXT) && d->n_committed > 0 &&
             d->n_committed <= LEAD_MAX_TOKENS &&
-            w->end - w->start <= (uint64_t)(d->p.lead_max_s * SR)) {
+            w->end - w->start <= (uint64_t)(d->p.lead_max_s * SR) && !ends_cut(d)) {
             memcpy(d->lead, d->committed, sizeof(int32_t) * (size_t)d->n_committed);
             d->n_lead = d->n_committed;
             d->lead_id = w->id;

@@ -587,6 +587,7 @@ int main(void) {
                       (unsigned long long)ps->start, (unsigned long long)start1);
             CHECK(ps->n_prefix == 2 && ps->prefix[0] == HELLO && ps->prefix[1] == WORLD);
             CHECK_EQ_INT(ps->n_context, 0); /* its text is forced, not prompted again */
+            CHECK_EQ_INT(ps->lead_only, 1); /* nothing of its own yet: it may not end at once */
         } else {
             CHECK(ps->start > start1 && ps->n_prefix == 0);
             CHECK(ps->n_context == 2 && ps->context[0] == HELLO && ps->context[1] == WORLD);
@@ -607,6 +608,7 @@ int main(void) {
                   ps->prefix[2] == WORLD && ps->prefix[3] == AGAIN);
         else
             CHECK(ps->n_prefix == 2 && ps->prefix[0] == TS_BEGIN && ps->prefix[1] == AGAIN);
+        CHECK_EQ_INT(ps->lead_only, 0); /* " again" is committed: it may end at once */
         int32_t th[] = {THERE};
         CHECK(sotto_dictation_complete_pass(d, ps->id, th, 1) == SOTTO_OK);
         CHECK_MSG(!strcmp(str(last(&ev, "final"), "text"), " again there"), "final '%s'",
@@ -619,6 +621,36 @@ int main(void) {
         push(d, 1.2f, 1, &seed);
         ps = sotto_dictation_take_pass(d);
         CHECK(ps && ps->n_prefix == 0 && ps->n_context == 4 && ps->context[3] == THERE);
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+    /* ---- a final that ends in "..." (Whisper's mark of a cut sentence) leads nothing ---- */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        CHECK(d != NULL);
+        const int32_t ELL = tok1(tok, "...");
+        push(d, 1.0f, 0, &seed);
+        push(d, 1.2f, 1, &seed);
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        int32_t hwe[] = {HELLO, WORLD, ELL};
+        CHECK(ps && sotto_dictation_complete_pass(d, ps->id, hwe, 3) == SOTTO_OK);
+        push(d, 1.6f, 0, &seed);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && sotto_dictation_complete_pass(d, ps->id, hwe, 3) == SOTTO_OK);
+        const sotto_event *f1 = last(&ev, "final");
+        CHECK(f1 && !strcmp(str(f1, "text"), " hello world..."));
+        const uint64_t end1 = f1 ? f1->end : 0;
+        push(d, 1.2f, 1, &seed); /* 0.6 s later: within lead_gap_s */
+        ps = sotto_dictation_take_pass(d);
+        CHECK_MSG(ps && ps->start >= end1 && ps->n_prefix == 0 && !ps->lead_only,
+                  "start %llu (previous end %llu), prefix %d", ps ? (unsigned long long)ps->start : 0ULL,
+                  (unsigned long long)end1, ps ? ps->n_prefix : -1);
+        CHECK(ps && ps->n_context == 3 && ps->context[2] == ELL); /* its text as context */
+        sotto_dictation_stats st;
+        sotto_dictation_get_stats(d, &st);
+        CHECK_EQ_INT(st.lead_passes, 0);
         sotto_dictation_free(d);
         events_clear(&ev);
     }
