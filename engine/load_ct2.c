@@ -352,6 +352,23 @@ static sotto_wfmt ckpt_weights(const ct2_file *f) {
     return n ? SOTTO_WFMT_F16 : SOTTO_WFMT_F32;
 }
 
+int sotto_ct2_ckpt_weights(const char *dir, sotto_wfmt *out, sotto_err *err) {
+    char path[4096];
+    if (sotto_path_join(path, sizeof path, dir, "model.bin"))
+        return sotto_err_set(err, SOTTO_E_RANGE, "model path too long");
+    sotto_mapfile map;
+    int rc = sotto_mapfile_open(path, &map, err);
+    if (rc) return rc;
+    ct2_file f = {path, map.data, map.data + map.size, map.data, NULL, 0};
+    if (map.size == 0)
+        rc = sotto_err_set(err, SOTTO_E_FORMAT, "%s: empty file", path);
+    else if ((rc = parse(&f, err)) == SOTTO_OK)
+        *out = ckpt_weights(&f);
+    free(f.vars);
+    sotto_mapfile_close(&map);
+    return rc;
+}
+
 int sotto_load_ct2(sotto_model *m, const char *dir, sotto_err *err) {
     char path[4096];
     if (sotto_path_join(path, sizeof path, dir, "model.bin"))

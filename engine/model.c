@@ -6,6 +6,7 @@
 #include "calib.h"
 
 #include "backend.h"
+#include "gemm_q8.h"
 #include "gpu.h"
 
 #include "half.h"
@@ -745,6 +746,43 @@ size_t sotto_model_device_part_bytes(const sotto_model *m, int part) {
     return m->be->model_part_bytes(m, part);
 }
 
+/* CT2 or HF by the files in dir; AUTO (with err set) when neither is there. */
+static sotto_model_format detect_format(const char *dir, sotto_err *err) {
+    char path[4096];
+    if (sotto_path_join(path, sizeof path, dir, "model.bin") == 0 && sotto_file_exists(path))
+        return SOTTO_MODEL_FORMAT_CT2;
+    if ((sotto_path_join(path, sizeof path, dir, "model.safetensors") == 0 && sotto_file_exists(path)) ||
+        (sotto_path_join(path, sizeof path, dir, "model.safetensors.index.json") == 0 &&
+         sotto_file_exists(path)))
+        return SOTTO_MODEL_FORMAT_HF;
+    sotto_err_set(err, SOTTO_E_NOTFOUND,
+                  "%s: no model.bin (CTranslate2) or model.safetensors (Hugging Face) in this directory",
+                  dir);
+    return SOTTO_MODEL_FORMAT_AUTO;
+}
+
+int sotto_auto_weights(const char *dir, sotto_device dev, sotto_wfmt *out, sotto_err *err) {
+    int on_cpu = dev == SOTTO_DEVICE_CPU;
+    if (dev == SOTTO_DEVICE_AUTO) {
+#ifdef SOTTO_CUDA_EMU
+        on_cpu = 1; /* auto never picks the emulation (place_model) */
+#else
+        char desc[128], why[256];
+        on_cpu = !sotto_gpu_probe(desc, sizeof desc, why, sizeof why);
+#endif
+    }
+    /* the checkpoint is read either way: a missing or damaged model fails here */
+    sotto_model_format fmt = detect_format(dir, err);
+    if (fmt == SOTTO_MODEL_FORMAT_AUTO) return SOTTO_E_NOTFOUND;
+    sotto_wfmt ckpt = SOTTO_WFMT_F32; /* a Hugging Face model: as sotto_load_hf's default */
+    if (fmt == SOTTO_MODEL_FORMAT_CT2) {
+        int rc = sotto_ct2_ckpt_weights(dir, &ckpt, err);
+        if (rc) return rc;
+    }
+    *out = on_cpu && sotto_gemm_q8_supported() ? SOTTO_WFMT_Q8 : ckpt;
+    return SOTTO_OK;
+}
+
 sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params, sotto_err *err) {
     sotto_model_params p = params ? *params : sotto_model_default_params();
     sotto_model *m = calloc(1, sizeof *m);
@@ -759,24 +797,9 @@ sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params,
         sotto_err_set(err, SOTTO_E_NOMEM, "out of memory");
         goto fail;
     }
-    char path[4096];
     sotto_model_format fmt = p.format;
-    if (fmt == SOTTO_MODEL_FORMAT_AUTO) {
-        if (sotto_path_join(path, sizeof path, dir, "model.bin") == 0 && sotto_file_exists(path))
-            fmt = SOTTO_MODEL_FORMAT_CT2;
-        else if ((sotto_path_join(path, sizeof path, dir, "model.safetensors") == 0 &&
-                  sotto_file_exists(path)) ||
-                 (sotto_path_join(path, sizeof path, dir, "model.safetensors.index.json") == 0 &&
-                  sotto_file_exists(path)))
-            fmt = SOTTO_MODEL_FORMAT_HF;
-        else {
-            sotto_err_set(err, SOTTO_E_NOTFOUND,
-                          "%s: no model.bin (CTranslate2) or model.safetensors (Hugging Face) "
-                          "in this directory",
-                          dir);
-            goto fail;
-        }
-    }
+    if (fmt == SOTTO_MODEL_FORMAT_AUTO && (fmt = detect_format(dir, err)) == SOTTO_MODEL_FORMAT_AUTO)
+        goto fail;
     if (p.weights != SOTTO_WFMT_DEFAULT && ((int)p.weights < 0 || p.weights >= SOTTO_WFMT_COUNT)) {
         sotto_err_set(err, SOTTO_E_INVALID, "unknown weight format %d", (int)p.weights);
         goto fail;

@@ -158,6 +158,9 @@ int sotto_model_check_complete(const sotto_model *m, const char *file, sotto_err
 /* Checkpoint readers. They fill m->hp, call sotto_model_alloc_slots() and
  * put every tensor. The model directory's config.json is theirs to read. */
 int sotto_load_ct2(sotto_model *m, const char *dir, sotto_err *err);
+/* The checkpoint's own precision (ckpt_weights) of dir/model.bin, read
+ * from its variable table without loading the weights. */
+int sotto_ct2_ckpt_weights(const char *dir, sotto_wfmt *out, sotto_err *err);
 int sotto_load_hf(sotto_model *m, const char *dir, sotto_err *err);
 
 /* Hugging Face name of a canonical tensor ("enc.3.fc1.w" ->

@@ -46,6 +46,25 @@ static int build_models(srv *s) {
     return 0;
 }
 
+/* --default-weights auto: the first variant --weights lists, else what
+ * sotto_auto_weights picks for the first model (q8 on a CPU with an int8
+ * dot product, else the checkpoint's precision). */
+static int resolve_default_weights(srv *s) {
+    if (s->opt.default_weights != SOTTO_WFMT_DEFAULT) return 0;
+    if (s->opt.first_listed != SOTTO_WFMT_DEFAULT) {
+        s->opt.default_weights = s->opt.first_listed;
+        return 0;
+    }
+    sotto_err err;
+    sotto_wfmt w;
+    if (sotto_auto_weights(s->opt.model_dirs[0], s->opt.device, &w, &err)) {
+        SOTTO_ERROR("cannot choose the default weights: %s", err.msg);
+        return -1;
+    }
+    s->opt.default_weights = w;
+    return 0;
+}
+
 /* The Silero VAD: an explicit --vad-model must load; the default file is
  * used when present, else sessions fall back to the energy VAD (said once). */
 static int load_vad(srv *s) {
@@ -82,7 +101,7 @@ int main(int argc, char **argv) {
         return rc > 0 ? 0 : 2;
     }
     sotto_log_set_level((sotto_log_level)s.opt.log_level);
-    if (load_vad(&s)) {
+    if (resolve_default_weights(&s) || load_vad(&s)) {
         srv_options_free(&s.opt);
         return 2;
     }

@@ -23,7 +23,10 @@ static void usage(FILE *f) {
             "  --port N               port for HTTP and WebSocket (default 8765)\n"
             "  --model DIR            a model directory; repeat for several (default models/tiny.en)\n"
             "  --weights LIST         weight variants sessions may use (default f32,f16,bf16,q8,nf4,nvfp4)\n"
-            "  --default-weights F    variant for sessions that do not choose (default f32)\n"
+            "  --default-weights F    variant for sessions that do not choose (default auto: the\n"
+            "                         first of --weights when given, else q8 on a CPU with an\n"
+            "                         int8 dot product (AVX512-VNNI), else the checkpoint's own\n"
+            "                         precision: f16 for a float16 CTranslate2 model)\n"
             "  --memory-budget-mb N   resident weights of all variants (default 0: no limit)\n"
             "  --max-sessions N       sessions started and connected at once (default 16)\n"
             "  --max-connections N    WebSocket connections at once, viewers included (default 1024)\n"
@@ -47,7 +50,7 @@ static void usage(FILE *f) {
             "                         the worker is behind: every session's step grows, up to\n"
             "                         4x, then new sessions get `overloaded` (default 1000)\n"
             "  --audio-ctx M          full | partials | all: which passes encode only the audio\n"
-            "                         they hold instead of a 30 s window (default partials:\n"
+            "                         they hold instead of a 30 s window (default all; partials:\n"
             "                         final passes keep the whole window; docs/PERF.md)\n"
             "  --audio-ctx-pad-ms MS  padding kept after the audio of a cut partial window, which\n"
             "                         is then rounded up to whole seconds (default 1000)\n"
@@ -84,7 +87,8 @@ void srv_options_default(srv_options *o) {
     memset(o, 0, sizeof *o);
     o->port = 8765;
     for (int i = 0; i < SOTTO_WFMT_COUNT; i++) o->allowed[i] = 1;
-    o->default_weights = SOTTO_WFMT_F32;
+    o->default_weights = SOTTO_WFMT_DEFAULT; /* auto: srv_options_resolve_weights */
+    o->first_listed = SOTTO_WFMT_DEFAULT;
     o->device = SOTTO_DEVICE_AUTO; /* a usable GPU when there is one (docs/gpu/) */
     o->max_sessions = 16;
     o->max_connections = 1024;
@@ -99,7 +103,7 @@ void srv_options_default(srv_options *o) {
     o->max_frame_bytes = 1 << 20;
     o->max_batch = 8;
     o->overload_wait_ms = 1000;
-    o->audio_ctx = SRV_AUDIO_CTX_PARTIALS;
+    o->audio_ctx = SRV_AUDIO_CTX_ALL;
     o->audio_ctx_pad_ms = 1000;
     o->final_ctx_pad_ms = 3000;
     o->final_ctx_min_ms = 10000;
@@ -215,6 +219,7 @@ static int set(srv_options *o, const char *key, const char *val) {
         o->model_dirs[o->n_models++] = strdup(val);
     } else if (!strcmp(key, "weights")) {
         int allowed[SOTTO_WFMT_COUNT] = {0};
+        sotto_wfmt first = SOTTO_WFMT_DEFAULT;
         char buf[256];
         snprintf(buf, sizeof buf, "%s", val);
         for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -223,11 +228,15 @@ static int set(srv_options *o, const char *key, const char *val) {
                 fprintf(stderr, "sotto-server: unknown weight format '%s'\n", t);
                 return -1;
             }
+            if (first == SOTTO_WFMT_DEFAULT) first = w;
             allowed[w] = 1;
         }
         memcpy(o->allowed, allowed, sizeof allowed);
+        o->first_listed = first;
     } else if (!strcmp(key, "default-weights")) {
-        if (sotto_wfmt_parse(val, &o->default_weights)) {
+        if (!strcmp(val, "auto")) {
+            o->default_weights = SOTTO_WFMT_DEFAULT;
+        } else if (sotto_wfmt_parse(val, &o->default_weights)) {
             fprintf(stderr, "sotto-server: unknown weight format '%s'\n", val);
             return -1;
         }
@@ -405,7 +414,7 @@ int srv_options_parse(srv_options *o, int argc, char **argv) {
         char buf[sizeof o->web_dir];
         snprintf(o->web_dir, sizeof o->web_dir, "%s", beside_exe("web", buf, sizeof buf) ? buf : "web");
     }
-    if (!o->allowed[o->default_weights]) {
+    if (o->default_weights != SOTTO_WFMT_DEFAULT && !o->allowed[o->default_weights]) {
         fprintf(stderr, "sotto-server: the default weights %s are not in --weights\n",
                 sotto_wfmt_name(o->default_weights));
         return -1;

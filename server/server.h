@@ -50,7 +50,8 @@ typedef struct srv_options {
     char *model_dirs[SRV_MAX_MODELS];
     int n_models;
     int allowed[SOTTO_WFMT_COUNT]; /* weight variants sessions may pick */
-    sotto_wfmt default_weights;
+    sotto_wfmt default_weights;   /* SOTTO_WFMT_DEFAULT (auto) until main resolves it */
+    sotto_wfmt first_listed;      /* the first variant of --weights, SOTTO_WFMT_DEFAULT if none */
     sotto_device device;      /* where models run (CPU, AUTO, CUDA) */
     double memory_budget_mb;  /* resident weights, all variants together */
     int max_sessions;         /* started sessions with a connection */
