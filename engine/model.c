@@ -6,7 +6,6 @@
 #include "calib.h"
 
 #include "backend.h"
-#include "gemm_q8.h"
 #include "gpu.h"
 
 #include "half.h"
@@ -761,26 +760,14 @@ static sotto_model_format detect_format(const char *dir, sotto_err *err) {
     return SOTTO_MODEL_FORMAT_AUTO;
 }
 
-int sotto_auto_weights(const char *dir, sotto_device dev, sotto_wfmt *out, sotto_err *err) {
-    int on_cpu = dev == SOTTO_DEVICE_CPU;
-    if (dev == SOTTO_DEVICE_AUTO) {
-#ifdef SOTTO_CUDA_EMU
-        on_cpu = 1; /* auto never picks the emulation (place_model) */
-#else
-        char desc[128], why[256];
-        on_cpu = !sotto_gpu_probe(desc, sizeof desc, why, sizeof why);
-#endif
-    }
-    /* the checkpoint is read either way: a missing or damaged model fails here */
+int sotto_checkpoint_weights(const char *dir, sotto_wfmt *out, sotto_err *err) {
     sotto_model_format fmt = detect_format(dir, err);
     if (fmt == SOTTO_MODEL_FORMAT_AUTO) return SOTTO_E_NOTFOUND;
-    sotto_wfmt ckpt = SOTTO_WFMT_F32; /* a Hugging Face model: as sotto_load_hf's default */
-    if (fmt == SOTTO_MODEL_FORMAT_CT2) {
-        int rc = sotto_ct2_ckpt_weights(dir, &ckpt, err);
-        if (rc) return rc;
+    if (fmt == SOTTO_MODEL_FORMAT_HF) {
+        *out = SOTTO_WFMT_F32; /* as sotto_load_hf's default */
+        return SOTTO_OK;
     }
-    *out = on_cpu && sotto_gemm_q8_supported() ? SOTTO_WFMT_Q8 : ckpt;
-    return SOTTO_OK;
+    return sotto_ct2_ckpt_weights(dir, out, err);
 }
 
 sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params, sotto_err *err) {

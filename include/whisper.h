@@ -93,14 +93,11 @@ sotto_model_params sotto_model_default_params(void);
 sotto_model *sotto_model_load(const char *dir, const sotto_model_params *params, sotto_err *err);
 void sotto_model_free(sotto_model *model); /* accepts NULL */
 
-/* The weights a server gives sessions that do not choose, for the model in
- * dir running on dev (AUTO: the GPU when one is usable): q8 on a CPU with
- * an int8 dot product for the encoder's GEMMs (AVX512-VNNI, SOTTO_Q8_GEMM
- * not "0"), else the checkpoint's own precision (f16 for a float16
- * CTranslate2 model, f32 otherwise: what sotto_model_load uses when no
- * weights are asked). Reads only the checkpoint's variable table; a
+/* The weights sotto_model_load uses when none are asked, for the model in
+ * dir: the checkpoint's own precision (f16 for a float16 CTranslate2
+ * model, f32 otherwise). Reads only the checkpoint's variable table; a
  * missing or unreadable checkpoint is an error (SOTTO_E_NOTFOUND, ...). */
-int sotto_auto_weights(const char *dir, sotto_device dev, sotto_wfmt *out, sotto_err *err);
+int sotto_checkpoint_weights(const char *dir, sotto_wfmt *out, sotto_err *err);
 
 const sotto_hparams *sotto_model_hparams(const sotto_model *model);
 const sotto_special_tokens *sotto_model_special(const sotto_model *model);

@@ -46,9 +46,9 @@ static int build_models(srv *s) {
     return 0;
 }
 
-/* --default-weights auto: the first variant --weights lists, else what
- * sotto_auto_weights picks for the first model (q8 on a CPU with an int8
- * dot product, else the checkpoint's precision). */
+/* --default-weights auto: the first variant --weights lists, else the
+ * first model's own precision (sotto_checkpoint_weights: f16 for a float16
+ * CTranslate2 model, the same transcripts as f32 at half the bytes). */
 static int resolve_default_weights(srv *s) {
     if (s->opt.default_weights != SOTTO_WFMT_DEFAULT) return 0;
     if (s->opt.first_listed != SOTTO_WFMT_DEFAULT) {
@@ -57,7 +57,7 @@ static int resolve_default_weights(srv *s) {
     }
     sotto_err err;
     sotto_wfmt w;
-    if (sotto_auto_weights(s->opt.model_dirs[0], s->opt.device, &w, &err)) {
+    if (sotto_checkpoint_weights(s->opt.model_dirs[0], &w, &err)) {
         SOTTO_ERROR("cannot choose the default weights: %s", err.msg);
         return -1;
     }

@@ -24,8 +24,7 @@ static void usage(FILE *f) {
             "  --model DIR            a model directory; repeat for several (default models/tiny.en)\n"
             "  --weights LIST         weight variants sessions may use (default f32,f16,bf16,q8,nf4,nvfp4)\n"
             "  --default-weights F    variant for sessions that do not choose (default auto: the\n"
-            "                         first of --weights when given, else q8 on a CPU with an\n"
-            "                         int8 dot product (AVX512-VNNI), else the checkpoint's own\n"
+            "                         first of --weights when given, else the checkpoint's own\n"
             "                         precision: f16 for a float16 CTranslate2 model)\n"
             "  --memory-budget-mb N   resident weights of all variants (default 0: no limit)\n"
             "  --max-sessions N       sessions started and connected at once (default 16)\n"
@@ -50,7 +49,7 @@ static void usage(FILE *f) {
             "                         the worker is behind: every session's step grows, up to\n"
             "                         4x, then new sessions get `overloaded` (default 1000)\n"
             "  --audio-ctx M          full | partials | all: which passes encode only the audio\n"
-            "                         they hold instead of a 30 s window (default all; partials:\n"
+            "                         they hold instead of a 30 s window (default partials:\n"
             "                         final passes keep the whole window; docs/PERF.md)\n"
             "  --audio-ctx-pad-ms MS  padding kept after the audio of a cut partial window, which\n"
             "                         is then rounded up to whole seconds (default 1000)\n"
@@ -103,7 +102,7 @@ void srv_options_default(srv_options *o) {
     o->max_frame_bytes = 1 << 20;
     o->max_batch = 8;
     o->overload_wait_ms = 1000;
-    o->audio_ctx = SRV_AUDIO_CTX_ALL;
+    o->audio_ctx = SRV_AUDIO_CTX_PARTIALS;
     o->audio_ctx_pad_ms = 1000;
     o->final_ctx_pad_ms = 3000;
     o->final_ctx_min_ms = 10000;

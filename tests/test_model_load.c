@@ -27,7 +27,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
-#include "gemm_q8.h"
 #include "half.h"
 #include "mapfile.h"
 #include "model.h"
@@ -230,14 +229,11 @@ static void test_real_models(void) {
             CHECK_MSG(full > 140u << 20 && full < 160u << 20, "tiny.en f32 weight bytes %zu", full);
             sotto_model_free(m);
         }
-        /* the server's --default-weights auto: q8 where the encoder has an int8 dot
-           product, else the checkpoint's float16 */
+        /* what a load without weights uses, read without loading (the server's
+           --default-weights auto) */
         sotto_wfmt w = SOTTO_WFMT_DEFAULT;
-        CHECK_EQ_INT(sotto_auto_weights(dir, SOTTO_DEVICE_CPU, &w, &err), SOTTO_OK);
-        CHECK_EQ_INT((int)w, (int)(sotto_gemm_q8_supported() ? SOTTO_WFMT_Q8 : SOTTO_WFMT_F16));
-        w = SOTTO_WFMT_DEFAULT;
-        CHECK_EQ_INT(sotto_auto_weights(dir, SOTTO_DEVICE_AUTO, &w, &err), SOTTO_OK);
-        CHECK_EQ_INT((int)w, (int)(sotto_gemm_q8_supported() ? SOTTO_WFMT_Q8 : SOTTO_WFMT_F16));
+        CHECK_EQ_INT(sotto_checkpoint_weights(dir, &w, &err), SOTTO_OK);
+        CHECK_EQ_INT((int)w, (int)SOTTO_WFMT_F16);
     }
     snprintf(dir, sizeof dir, "%s/models/base", g_src);
     CHECK_MSG(stat(dir, &st) == 0, "model directory %s is missing", dir);
@@ -538,11 +534,11 @@ static void test_ct2_truncated(const char *dir, const ct2_index *ix) {
             continue;
         }
         expect_fail_any(label, dir, SOTTO_E_FORMAT, "model.bin", "truncated|empty|corrupt");
-        /* the server's auto weights read the same table: refused as well */
+        /* the checkpoint's weights read the same table: refused as well */
         sotto_err aerr;
         sotto_err_clear(&aerr);
         sotto_wfmt w;
-        CHECK_MSG(sotto_auto_weights(dir, SOTTO_DEVICE_CPU, &w, &aerr) == SOTTO_E_FORMAT,
+        CHECK_MSG(sotto_checkpoint_weights(dir, &w, &aerr) == SOTTO_E_FORMAT,
                   "%s: auto weights accepted it (%s)", label, aerr.msg);
         cases++;
     }
@@ -729,11 +725,11 @@ static void test_missing_files(const char *tiny_bin) {
         return;
     }
     expect_fail("empty directory", dir, SOTTO_E_NOTFOUND, dir, "model.bin");
-    {   /* auto weights read the checkpoint: none there is an error on every CPU */
+    {   /* the checkpoint's weights: none there is an error */
         sotto_err err;
         sotto_err_clear(&err);
         sotto_wfmt w;
-        CHECK_EQ_INT(sotto_auto_weights(dir, SOTTO_DEVICE_CPU, &w, &err), SOTTO_E_NOTFOUND);
+        CHECK_EQ_INT(sotto_checkpoint_weights(dir, &w, &err), SOTTO_E_NOTFOUND);
         CHECK_MSG(strstr(err.msg, "model.bin"), "auto weights, empty dir: %s", err.msg);
     }
     CHECK(copy_tokenizer(dir, 0) == 0);

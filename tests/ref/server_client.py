@@ -42,20 +42,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # server process
 
 
-def expected_auto_weights(ckpt="f16"):
-    """The variant sotto-server's --default-weights auto gives on this machine's CPU:
-    q8 where the CPU has AVX512-VNNI, F, BW, DQ and VL (the encoder's int8 dot product; off
-    when SOTTO_Q8_GEMM is "0"), else the checkpoint's own precision (ckpt: f16 for a
-    float16 CTranslate2 model)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-    except OSError:
-        flags = []
-    vnni = all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"))
-    return "q8" if vnni and os.environ.get("SOTTO_Q8_GEMM") != "0" else ckpt
-
-
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on now.
 
