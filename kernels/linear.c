@@ -60,11 +60,29 @@ static void add_bias(float *y, const float *bias, int n, int rows) {
 /* Scratch for one block of dequantized rows: about 2 MiB of floats. */
 #define GEMM_SCRATCH_FLOATS (1 << 19)
 
-static void linear_gemm_blocks(const sotto_wmat *w, const float *x, int n, float *y, float beta) {
-    const int rows = w->rows, cols = w->cols;
+/* Rows of W per sgemm call on the blocked path: a block of dequantized rows
+ * fits GEMM_SCRATCH_FLOATS, in multiples of 16. f32 is cut into the same
+ * blocks although it needs no scratch: BLAS libraries need not give the
+ * same bits for a matrix and for its row blocks (OpenBLAS's Haswell sgemm
+ * does not), and f16 must give exactly f32's sums (test_quant). */
+static int gemm_block_rows(int rows, int cols) {
     int nb = GEMM_SCRATCH_FLOATS / (cols > 0 ? cols : 1);
     nb = nb < 16 ? 16 : nb - nb % 16;
-    if (nb > rows) nb = rows;
+    return nb > rows ? rows : nb;
+}
+
+static void linear_gemm_f32(const sotto_wmat *w, const float *x, int n, float *y, float beta) {
+    const int rows = w->rows, cols = w->cols, nb = gemm_block_rows(rows, cols);
+    const float *W = (const float *)w->data;
+    for (int j0 = 0; j0 < rows; j0 += nb) {
+        const int jn = rows - j0 < nb ? rows - j0 : nb;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, jn, cols, 1.0f, x, cols,
+                    W + (size_t)j0 * cols, cols, beta, y + j0, rows);
+    }
+}
+
+static void linear_gemm_blocks(const sotto_wmat *w, const float *x, int n, float *y, float beta) {
+    const int rows = w->rows, cols = w->cols, nb = gemm_block_rows(rows, cols);
     float *buf = malloc(sizeof(float) * (size_t)nb * (size_t)cols);
     if (!buf) { /* out of memory: still correct, one row at a time */
         sotto_linear_ref(w, NULL, x, n, y, beta != 0.0f);
@@ -131,8 +149,7 @@ static void linear_any(const sotto_wmat *w, const float *bias, const float *x, i
         return;
     }
     if (w->fmt == SOTTO_WFMT_F32 && n > skinny_max_n(w->fmt)) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x, w->cols,
-                    (const float *)w->data, w->cols, accumulate ? 1.0f : 0.0f, y, w->rows);
+        linear_gemm_f32(w, x, n, y, accumulate ? 1.0f : 0.0f);
     } else if (sotto_linear_rounds_x_to_bf16(w, n) &&
                sotto_gemm_bf16(w->data, w->rows, w->cols, x, n, y, accumulate) == 0) {
         /* the CPU's bf16 dot product on the weights as stored (x rounded to bf16) */
