@@ -143,7 +143,7 @@ def section_overload(ctx, ck):
     full, audio, off_words = first_30s(ctx, "overload")
     short = sc.load_clip(ctx.by_id[SHORT_CLIP]["file"], "s16_16k", ctx.tmp)
     n = 6
-    srv = sc.Server(a.server, a.model, ["--overload-wait-ms", "20", "--max-batch", "1"],
+    srv = sc.Server(a.server, a.model, ["--overload-wait-ms", "20", "--max-batch", "1", "--default-weights", "f32"],
                     threads=1).start()
     try:
         async def main():
@@ -212,7 +212,10 @@ def section_merged(ctx, ck):
     a = ctx.args
     full, audio, off_words = first_30s(ctx, "merged")
     n = 6
-    srv = sc.Server(a.server, a.model, ["--audio-ctx", "full"], threads=1).start()
+    # sized to overload one thread with f32 weights (the default variant, f16, decodes
+    # faster: 6 sessions then reached a step scale of 1.5 in one suite run)
+    srv = sc.Server(a.server, a.model, ["--audio-ctx", "full", "--default-weights", "f32"],
+                    threads=1).start()
     try:
         async def main():
             tasks = [asyncio.create_task(sc.stream_async(srv.ws_url, audio, realtime=True))
@@ -242,7 +245,8 @@ def section_merged(ctx, ck):
     ck.ok("merged: server exits 0 on SIGTERM", rcode == 0, str(rcode))
 
     # clients faster than real time have audio beyond every step: not a sign of load
-    srv = sc.Server(a.server, a.model, ["--audio-ctx", "full", "--max-buffer-s", "600"], threads=1).start()
+    srv = sc.Server(a.server, a.model, ["--audio-ctx", "full", "--max-buffer-s", "600",
+                                        "--default-weights", "f32"], threads=1).start()
     try:
         async def fast():
             with sc.MetricsPoller(srv, lambda m: (m.get("sotto_step_scale", 1.0), m.get("sotto_overloaded", 0)),
