@@ -352,18 +352,26 @@ static sotto_wfmt ckpt_weights(const ct2_file *f) {
     return n ? SOTTO_WFMT_F16 : SOTTO_WFMT_F32;
 }
 
+/* Maps dir/model.bin into *map (path: its name, kept by the caller for f's
+ * messages) and parses its variable table into *f. The caller frees f->vars
+ * (also on failure) and closes the map. */
+static int open_parse(const char *dir, char path[4096], sotto_mapfile *map, ct2_file *f, sotto_err *err) {
+    *f = (ct2_file){path, NULL, NULL, NULL, NULL, 0};
+    if (sotto_path_join(path, 4096, dir, "model.bin"))
+        return sotto_err_set(err, SOTTO_E_RANGE, "model path too long");
+    int rc = sotto_mapfile_open(path, map, err);
+    if (rc) return rc;
+    if (map->size == 0) return sotto_err_set(err, SOTTO_E_FORMAT, "%s: empty file", path);
+    *f = (ct2_file){path, map->data, map->data + map->size, map->data, NULL, 0};
+    return parse(f, err);
+}
+
 int sotto_ct2_ckpt_weights(const char *dir, sotto_wfmt *out, sotto_err *err) {
     char path[4096];
-    if (sotto_path_join(path, sizeof path, dir, "model.bin"))
-        return sotto_err_set(err, SOTTO_E_RANGE, "model path too long");
-    sotto_mapfile map;
-    int rc = sotto_mapfile_open(path, &map, err);
-    if (rc) return rc;
-    ct2_file f = {path, map.data, map.data + map.size, map.data, NULL, 0};
-    if (map.size == 0)
-        rc = sotto_err_set(err, SOTTO_E_FORMAT, "%s: empty file", path);
-    else if ((rc = parse(&f, err)) == SOTTO_OK)
-        *out = ckpt_weights(&f);
+    sotto_mapfile map = {0};
+    ct2_file f;
+    int rc = open_parse(dir, path, &map, &f, err);
+    if (rc == SOTTO_OK) *out = ckpt_weights(&f);
     free(f.vars);
     sotto_mapfile_close(&map);
     return rc;
@@ -371,13 +379,9 @@ int sotto_ct2_ckpt_weights(const char *dir, sotto_wfmt *out, sotto_err *err) {
 
 int sotto_load_ct2(sotto_model *m, const char *dir, sotto_err *err) {
     char path[4096];
-    if (sotto_path_join(path, sizeof path, dir, "model.bin"))
-        return sotto_err_set(err, SOTTO_E_RANGE, "model path too long");
-    int rc = sotto_mapfile_open(path, &m->map, err);
-    if (rc) return rc;
-    if (m->map.size == 0) return sotto_err_set(err, SOTTO_E_FORMAT, "%s: empty file", path);
-    ct2_file f = {path, m->map.data, m->map.data + m->map.size, m->map.data, NULL, 0};
-    if ((rc = parse(&f, err))) goto done;
+    ct2_file f;
+    int rc = open_parse(dir, path, &m->map, &f, err);
+    if (rc) goto done;
     if ((rc = fill_hparams(m, &f, err))) goto done;
     m->ckpt_weights = ckpt_weights(&f);
     if ((rc = sotto_model_choose_policy(m, err))) goto done;

@@ -86,7 +86,7 @@ void srv_options_default(srv_options *o) {
     memset(o, 0, sizeof *o);
     o->port = 8765;
     for (int i = 0; i < SOTTO_WFMT_COUNT; i++) o->allowed[i] = 1;
-    o->default_weights = SOTTO_WFMT_DEFAULT; /* auto: srv_options_resolve_weights */
+    o->default_weights = SOTTO_WFMT_DEFAULT; /* auto: resolved in main.c */
     o->first_listed = SOTTO_WFMT_DEFAULT;
     o->device = SOTTO_DEVICE_AUTO; /* a usable GPU when there is one (docs/gpu/) */
     o->max_sessions = 16;

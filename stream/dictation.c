@@ -222,7 +222,7 @@ static char *text_of(const sotto_dictation *d, const int32_t *t, int n) {
 static int ends_cut(const sotto_dictation *d) {
     char *t = text_of(d, d->committed + d->n_committed - 1, 1);
     size_t n = strlen(t);
-    int cut = (n >= 3 && !strcmp(t + n - 3, "...")) || (n >= 3 && !strcmp(t + n - 3, "\xe2\x80\xa6"));
+    int cut = n >= 3 && (!strcmp(t + n - 3, "...") || !strcmp(t + n - 3, "\xe2\x80\xa6")); /* or U+2026 */
     free(t);
     return cut;
 }
