@@ -37,6 +37,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -150,7 +151,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", default=os.path.join(rc.REPO, "build", "sotto-server"))
     ap.add_argument("--model", default=os.path.join(rc.REPO, "models", "tiny.en"))
-    ap.add_argument("--weights", default="f32")
+    ap.add_argument("--weights", default=None,
+                    help="weights the sessions ask for (default: none, the server's default variant)")
     ap.add_argument("--manifest", default=rc.DEFAULT_MANIFEST)
     ap.add_argument("--threads", type=int, default=None, help="server threads (default: all)")
     ap.add_argument("--clips", default=",".join(DEFAULT_CLIPS), help="comma-separated clip ids")
@@ -174,7 +176,7 @@ def main():
     extra = []
     for a in args.server_arg:
         extra += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
-    start = {"weights": args.weights}
+    start = {"weights": args.weights} if args.weights else {}
     if args.step_ms:
         start["step_ms"] = args.step_ms
     try:
@@ -188,7 +190,7 @@ def main():
     print("sotto-server benchmark (real-time pace)")
     print(f"  CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; load average {loadavg()}")
     print(f"  server: {args.server} (commit {commit}, working tree may differ)")
-    print(f"  model {args.model}, weights {args.weights}, threads {args.threads or 'all'}, "
+    print(f"  model {args.model}, weights {args.weights or 'the server default'}, threads {args.threads or 'all'}, "
           f"session options {start}")
     print(f"  clips: {len(rows)} ({sum(r['seconds'] for r in rows):.1f} s): "
           + ", ".join(r["id"] for r in rows))
@@ -198,7 +200,7 @@ def main():
         r0 = sc.stream(srv.ws_url, sc.load_clip(rows[0]["file"], "s16_16k"), start=start)
         ready = r0.ready or {}
         vad = ready.get("vad", {})
-        print(f"  session defaults from ready: step_ms {ready.get('step_ms')}, max_window_s "
+        print(f"  session defaults from ready: weights {ready.get('weights')}, step_ms {ready.get('step_ms')}, max_window_s "
               f"{ready.get('max_window_s')}, vad {vad}, policy {ready.get('policy')}")
         if not args.skip_latency:
             print("\nPart 1: latency, one session at a time")
@@ -238,15 +240,29 @@ def main():
                           for i in range(n)}
                 m0 = srv.metrics()
                 t0 = time.monotonic()
+                scales, polling = [], threading.Event()
+
+                def poll():  # the overload policy's step scale, twice a second
+                    while not polling.wait(0.5):
+                        v = srv.metrics().get("sotto_step_scale")
+                        if v is not None:
+                            scales.append(v)
+                poller = threading.Thread(target=poll, daemon=True)
+                poller.start()
                 res = sc.run(sc.stream_many(srv.ws_url, audios, concurrency=n, realtime=True,
                                             start=start, timeout=args.session_s * 4 + 60))
+                polling.set()
+                poller.join()
                 wall = time.monotonic() - t0
                 m1 = srv.metrics()
                 fin_ep, backlog, dropped, failed, tail = [], 0, 0.0, 0, []
+                w_part, w_commit = [], []
                 series = []  # (utterance end time in audio, latency) for the growth check
                 for k, r in res.items():
-                    _, _, f, ep = utterance_latencies(r, vad)
+                    wp, wc, f, ep = utterance_latencies(r, vad)
                     fin_ep += ep
+                    w_part += wp
+                    w_commit += wc
                     ends = {e.get("utterance"): t for t, e in r.events
                             if e.get("type") == "speech_end"}
                     for u, fe in sorted(r.finals().items()):
@@ -267,7 +283,9 @@ def main():
                           statistics.mean(x for _, x in series[:third])) if series else float("nan")
                 ok = (backlog == 0 and dropped == 0 and failed == 0 and fin_ep and
                       pct(fin_ep, 95) <= args.max_final_s and growth <= args.max_growth_s)
-                passes = m1.get("sotto_passes_total", 0) - m0.get("sotto_passes_total", 0)
+                def delta(name):
+                    return m1.get(name, 0) - m0.get(name, 0)
+                passes = delta("sotto_passes_total")
                 spec = (m1.get("sotto_speculative_passes_total", 0) -
                         m0.get("sotto_speculative_passes_total", 0))
                 spec_used = (m1.get("sotto_speculative_finals_total", 0) -
@@ -282,6 +300,12 @@ def main():
                       f"passes ({spec:.0f} speculative, {spec_used:.0f} of them finals), mean pass "
                       f"queue wait {q:.2f} s; wall {wall:.0f} s, load "
                       f"{loadavg()}")
+                print(f"      word latency (partial) p50 {pct(w_part, 50):.2f} p95 {pct(w_part, 95):.2f} s;"
+                      f" (commit) p50 {pct(w_commit, 50):.2f} p95 {pct(w_commit, 95):.2f} s; "
+                      f"overload step scale mean {statistics.mean(scales) if scales else float('nan'):.2f}"
+                      f" max {max(scales) if scales else float('nan'):.2f} (sampled every 0.5 s); "
+                      f"finals between partial windows {delta('sotto_finals_between_windows_total'):.0f}, "
+                      f"partials superseded {delta('sotto_partials_superseded_total'):.0f}")
                 if ok:
                     sustained = n
                 else:

@@ -67,10 +67,16 @@ typedef struct sotto_dictation_params {
        and nothing else ran in between, that result is the final at once,
        exactly as the final pass would have made it (same audio, prefix and
        context); when speech comes back it is dropped. No partial pass runs
-       while such a result waits on unchanged silence. Not while the step is
-       stretched (overload). 0 turns it off (the default here; the server
-       turns it on, --speculate-ms). */
+       while such a result waits on unchanged silence. 0 turns it off (the
+       default here; the server turns it on, --speculate-ms). */
     int spec_silence_ms;
+    /* While the step is stretched (overload, scheduler.h), a speculative
+       pass waits for this much silence instead: a later guess is wasted
+       less often (speech resumes after most short pauses) and still leaves
+       the worker time to run it before the VAD decides. 0: none under
+       overload (the default here; the server's --speculate-load-ms). Has no
+       effect while spec_silence_ms is 0. */
+    int spec_silence_load_ms;
     sotto_vad_params vad;
 } sotto_dictation_params;
 
@@ -137,10 +143,17 @@ int sotto_dictation_step_ms(const sotto_dictation *d);
 
 /* 1 if a pass is due and none is in flight. */
 int sotto_dictation_pass_due(const sotto_dictation *d);
-/* 1 if the due pass is a final one (an utterance ended: its text settles
- * with it), 0 if it is a partial pass or none is due. The scheduler runs
- * finals first. */
+/* Nonzero if the due pass is a final one: 2 if an utterance ended (its
+ * text settles with it), 1 if it is a speculative final (the open
+ * utterance has been silent for spec_silence_ms; the VAD may yet end it
+ * there). 0 if it is a partial pass or none is due. The scheduler runs
+ * finals first, ended utterances before speculative ones. */
 int sotto_dictation_final_due(const sotto_dictation *d);
+/* 1 if a partial pass is in flight although the utterance it covers has
+ * ended since it was taken: its text will not be shown for long, and the
+ * final waits for it. The worker may abandon it (sotto_dictation_abandon_pass)
+ * so that the final runs at once. */
+int sotto_dictation_final_behind_partial(const sotto_dictation *d);
 /* Samples of the open utterance that no pass has covered yet (what the next
  * partial pass adds); 0 while a final pass is waiting or nothing is open. */
 size_t sotto_dictation_pending_samples(const sotto_dictation *d);

@@ -29,7 +29,9 @@
 typedef struct sotto_sched_cand {
     const void *variant; /* candidates with the same variant may share a batch */
     double due_since;    /* when its pass became due (the caller's clock, s) */
-    int final;           /* 1: a final pass (goes before every partial pass) */
+    int final;           /* 0: a partial pass; > 0: a final one (goes before every
+                            partial pass), the higher the more urgent: only
+                            candidates of the highest level present are picked */
 } sotto_sched_cand;
 
 /* Chooses the next batch from n candidates: writes their indices to out

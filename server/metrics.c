@@ -184,6 +184,13 @@ char *srv_metrics_render(srv *s, size_t *len) {
     counter(&o, "sotto_passes_fallback_total",
             "final passes that failed the guardrails and were decoded again at higher temperatures",
             atomic_load(&m->fallback_passes));
+    counter(&o, "sotto_finals_between_windows_total",
+            "final passes run between the encoder windows of a partial batch instead of after it",
+            atomic_load(&m->finals_between));
+    counter(&o, "sotto_partials_superseded_total",
+            "partial passes dropped before their encoder because their utterance had ended "
+            "(its final ran at once)",
+            atomic_load(&m->partials_superseded));
     counter(&o, "sotto_encoder_windows_total", "windows encoded (one per pass)",
             atomic_load(&m->encoded_windows));
     counter_s(&o, "sotto_encoder_seconds_total",

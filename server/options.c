@@ -60,6 +60,9 @@ static void usage(FILE *f) {
             "  --speculate-ms MS      after this much silence in an utterance, its final pass\n"
             "                         runs before the VAD ends it (silence_ms), so the final\n"
             "                         comes as the utterance ends; 0: off (default 400)\n"
+            "  --speculate-load-ms MS the same while the server is behind (steps stretched):\n"
+            "                         later, so that fewer guesses are wasted; 0: none then\n"
+            "                         (default 600)\n"
             "  --web DIR              static files served at / (default: the repository's web/)\n"
             "  --tls-cert FILE --tls-key FILE   serve https/wss\n"
             "  --api-key KEY          a key every endpoint but /healthz, /metrics, /v1/info and feed\n"
@@ -107,6 +110,7 @@ void srv_options_default(srv_options *o) {
     o->final_ctx_pad_ms = 3000;
     o->final_ctx_min_ms = 10000;
     o->speculate_ms = 400;
+    o->speculate_load_ms = 600;
     o->vad_kind = SOTTO_VAD_SILERO;
     o->max_upload_mb = 25;
     o->max_upload_s = 3600;
@@ -199,6 +203,7 @@ static int set(srv_options *o, const char *key, const char *val) {
     NUM("final-ctx-pad-ms", final_ctx_pad_ms, 0, 30000)
     NUM("final-ctx-min-ms", final_ctx_min_ms, 0, 30000)
     NUM("speculate-ms", speculate_ms, 0, 10000)
+    NUM("speculate-load-ms", speculate_load_ms, 0, 10000)
     NUM("max-upload-mb", max_upload_mb, 0.01, 2000)
     NUM("max-upload-s", max_upload_s, 1, 86400)
     NUM("batch-queue", batch_queue, 1, 1000)
@@ -340,7 +345,7 @@ static const char *const k_keys[] = {
     "max-detached", "start-timeout-s", "idle-timeout-s", "max-buffer-s", "resume-grace-s",
     "idle-unload-s", "drain-s", "max-frame-bytes", "threads", "max-batch", "overload-wait-ms",
     "audio-ctx-pad-ms", "audio-ctx", "final-ctx-pad-ms", "final-ctx-min-ms",
-    "speculate-ms", "max-upload-mb",
+    "speculate-ms", "speculate-load-ms", "max-upload-mb",
     "max-upload-s", "batch-queue", "batch-threads", "host", "model", "weights",
     "default-weights", "device", "web", "tls-cert", "tls-key", "api-key", "api-keys-file", "vad",
     "vad-model", "log-level", "redis", "instance", "config"};

@@ -74,6 +74,7 @@ typedef struct srv_options {
     double final_ctx_min_ms;  /* a cut final window encodes at least this much */
     double speculate_ms;      /* silence after which a final pass is decoded before the VAD
                                  ends the utterance (0: off; include/dictation.h) */
+    double speculate_load_ms; /* the same while steps are stretched (overload) */
     char web_dir[1024];
     char tls_cert[1024], tls_key[1024];
     char *api_keys[SRV_MAX_API_KEYS]; /* every endpoint but health, metrics, info, viewers; none = open */
@@ -131,6 +132,9 @@ typedef struct srv_metrics {
     _Atomic uint64_t spec_passes, spec_used; /* speculative final passes run / that became finals */
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
     _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
+    /* finals run between the windows of a partial batch (worker.c), and partial
+       passes abandoned there because their utterance had ended */
+    _Atomic uint64_t finals_between, partials_superseded;
     _Atomic uint64_t encoded_positions, encoded_windows; /* --audio-ctx: encoder work done */
     _Atomic uint64_t final_positions, final_windows;     /* the part of it for final passes */
     _Atomic uint64_t feed_viewers_total, feed_viewers_dropped;

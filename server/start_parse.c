@@ -101,6 +101,7 @@ const char *srv_start_parse(const cJSON *msg, const srv_options *opt, const sott
     dp.step_ms = (int)step;
     dp.max_window_s = (float)maxw;
     dp.spec_silence_ms = (int)opt->speculate_ms;
+    dp.spec_silence_load_ms = (int)opt->speculate_load_ms;
     dp.max_backlog_s = (float)opt->max_buffer_s;
     if (dp.max_backlog_s < dp.max_window_s) dp.max_backlog_s = dp.max_window_s;
     const cJSON *partials = cJSON_GetObjectItemCaseSensitive(msg, "partials");

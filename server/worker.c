@@ -163,6 +163,8 @@ typedef struct job_ctx {
     srv_session *ss;
     const sotto_pass *pass;
     double due_since;
+    int dropped; /* abandoned before its decoder: its utterance ended meanwhile */
+    int encoded;
     int seen_token;
     int max_tokens;   /* the guardrails' bound on text tokens (prefix included) */
     int n_text;       /* text tokens so far (prefix included) */
@@ -281,7 +283,37 @@ static void engine_result(srv *s, srv_session *ss, int ok, const char *why) {
     }
 }
 
-static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **batch, int n) {
+/* Due sessions of one scan (the worker's own; grown as needed). */
+typedef struct due_list {
+    srv_session **ss;
+    sotto_sched_cand *c;
+    double *late; /* how late each pass is (its wait, or the lag of merged steps) */
+    int n, cap;
+} due_list;
+
+/* The worker thread's own state. */
+typedef struct worker {
+    srv *s;
+    sotto_workspace *ws;
+    sotto_load load; /* the overload policy */
+    const void *last_variant;
+    int max_batch;
+    due_list due;
+} worker;
+
+static double run_due_finals(worker *w, const srv_model *running, int state_base);
+
+/* Runs one batch of passes of variant sm in decoder states state_base.. of
+ * it. A batch of partial passes encodes its windows one at a time (on the
+ * CPU a batch gains nothing there: 6 cut windows of tiny.en took 0.41 s
+ * batched or one by one) and, before each and before decoding, gives way
+ * to what is more urgent: a pass whose utterance has ended meanwhile is
+ * dropped (its final is due at once) and due finals run first
+ * (run_due_finals). So a final waits for at most one partial window's
+ * encoder or a partial batch's decoder steps, not for the whole batch. */
+static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int finals, int state_base) {
+    srv *s = w->s;
+    sotto_workspace *ws = w->ws;
     const sotto_model *m = sm->model;
     const sotto_window_opts wo = stream_window_opts(sm);
     const int nm = sotto_model_hparams(m)->n_mels;
@@ -290,35 +322,48 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
     int nj = 0;
     sotto_err err;
     /* one decoder state per batch slot, kept with the model */
-    if (sm->n_states < n) {
-        sotto_state **ns = realloc(sm->states, sizeof *ns * (size_t)n);
+    const int want = state_base + n;
+    if (sm->n_states < want) {
+        sotto_state **ns = realloc(sm->states, sizeof *ns * (size_t)want);
         if (!ns) sotto_err_set(&err, SOTTO_E_NOMEM, "out of memory for decoder states");
         if (ns) {
             sm->states = ns;
-            while (sm->n_states < n && (ns[sm->n_states] = sotto_state_create(m, 1, &err)))
+            while (sm->n_states < want && (ns[sm->n_states] = sotto_state_create(m, 1, &err)))
                 sm->n_states++;
         }
         /* sessions without a state this round: a failed pass each */
-        for (int i = sm->n_states; i < n; i++) {
+        for (int i = sm->n_states - state_base < 0 ? 0 : sm->n_states - state_base; i < n; i++) {
             SOTTO_WARN("no decoder state for a session: %s", err.msg);
             engine_result(s, batch[i], 0, err.msg);
         }
     }
+    const int slots = sm->n_states - state_base; /* < n after a failed growth */
+    int any_final = finals;
     double t_enc = srv_now();
     /* 1: take each session's pass and compute its window's features */
     int nc = 0;
-    for (int i = 0; i < n && nc < sm->n_states; i++) {
+    for (int i = 0; i < n && nc < slots; i++) {
         srv_session *ss = batch[i];
         job_ctx *c = &ctx[nc];
         memset(c, 0, offsetof(job_ctx, prompt));
         c->s = s;
         c->ss = ss;
         pthread_mutex_lock(&ss->lock);
+        if (!finals && sotto_dictation_final_due(ss->dict)) {
+            /* its utterance ended since the scan: not in a partial batch, its
+               final runs before this batch's first window (run_due_finals) */
+            pthread_mutex_unlock(&ss->lock);
+            pthread_mutex_lock(&s->lock);
+            ss->worker_busy = 0;
+            pthread_mutex_unlock(&s->lock);
+            continue;
+        }
         c->due_since = ss->pass_due_since;
         c->pass = sotto_dictation_take_pass(ss->dict);
         ss->pass_due_since = 0; /* the next pass's wait starts when it becomes due */
         pthread_mutex_unlock(&ss->lock);
         if (!c->pass) continue;
+        any_final |= c->pass->final;
         srv_hist_add(&s->m.pass_queue, srv_now() - c->due_since);
         c->win = malloc(sizeof(float) * (size_t)nm * SOTTO_N_FRAMES);
         int rc = c->win ? window_features(m, c->pass, c->win, &err) : SOTTO_E_NOMEM;
@@ -344,7 +389,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
     const size_t ffloor = (size_t)(s->opt.final_ctx_min_ms * 16.0);
     for (int i = 0; i < nc; i++) {
         const sotto_pass *p = ctx[i].pass;
-        sts[i] = sm->states[i], mels[i] = ctx[i].win;
+        sts[i] = sm->states[state_base + i], mels[i] = ctx[i].win;
         /* --audio-ctx: a cut window costs in proportion to its audio */
         if (mode == SRV_AUDIO_CTX_FULL || (mode == SRV_AUDIO_CTX_PARTIALS && p->final))
             n_ctx[i] = full;
@@ -353,9 +398,43 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         else /* a final pass: its audio plus fpad, at least the floor */
             n_ctx[i] = sotto_encoder_positions(m, p->n + fpad > ffloor ? p->n + fpad : ffloor, 0);
     }
-    int erc = nc ? sotto_encode_batch_ctx(m, ws, sts, mels, n_ctx, nc, &err) : SOTTO_OK;
+    int erc = SOTTO_OK;
+    double t_between = 0.0; /* finals run between the windows (not this batch's time) */
+    if (any_final) { /* finals: one call (nothing runs between them) */
+        if (nc) erc = sotto_encode_batch_ctx(m, ws, sts, mels, n_ctx, nc, &err);
+        for (int i = 0; i < nc && !erc; i++) ctx[i].encoded = 1;
+    } else {
+        for (int i = 0; i <= nc && !erc; i++) {
+            /* passes whose utterance ended since they were taken: dropped (encoded
+               or not: their text would be replaced at once), so that their finals
+               can run now */
+            for (int k = 0; k < nc; k++) {
+                job_ctx *c = &ctx[k];
+                srv_session *ss = c->ss;
+                if (c->dropped) continue;
+                pthread_mutex_lock(&ss->lock);
+                int drop = sotto_dictation_final_behind_partial(ss->dict);
+                if (drop) sotto_dictation_abandon_pass(ss->dict, c->pass->id);
+                pthread_mutex_unlock(&ss->lock);
+                if (!drop) continue;
+                c->dropped = 1;
+                atomic_fetch_add(&s->m.partials_superseded, 1);
+                sotto_log(SOTTO_LOG_DEBUG, ss->id, "partial pass %llu dropped: its utterance ended",
+                          (unsigned long long)c->pass->id);
+                pthread_mutex_lock(&s->lock);
+                ss->worker_busy = 0; /* its final may run between these windows */
+                pthread_mutex_unlock(&s->lock);
+            }
+            t_between += run_due_finals(w, sm, state_base + nc);
+            if (i < nc && !ctx[i].dropped) {
+                erc = sotto_encode_batch_ctx(m, ws, &sts[i], &mels[i], &n_ctx[i], 1, &err);
+                ctx[i].encoded = !erc;
+            }
+        }
+    }
     if (!erc)
         for (int i = 0; i < nc; i++) {
+            if (!ctx[i].encoded) continue;
             const uint64_t pos = (uint64_t)sotto_state_encoded_positions(sts[i]);
             atomic_fetch_add(&s->m.encoded_windows, 1);
             atomic_fetch_add(&s->m.encoded_positions, pos);
@@ -366,7 +445,8 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         }
     if (erc) {
         SOTTO_WARN("encoder batch of %d failed: %s", nc, err.msg);
-        for (int i = 0; i < nc; i++) engine_result(s, ctx[i].ss, 0, err.msg);
+        for (int i = 0; i < nc; i++)
+            if (!ctx[i].dropped) engine_result(s, ctx[i].ss, 0, err.msg);
     }
     /* 3: language detection where needed, prompts, decoding jobs */
     for (int i = 0; i < nc; i++) {
@@ -375,6 +455,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         sotto_state *st = sts[i];
         free(c->win);
         c->win = NULL;
+        if (c->dropped) continue; /* abandoned above */
         if (erc) {
             pthread_mutex_lock(&ss->lock);
             sotto_dictation_abandon_pass(ss->dict, c->pass->id);
@@ -428,6 +509,7 @@ static void run_batch(srv *s, sotto_workspace *ws, srv_model *sm, srv_session **
         nj++;
     }
     double t_dec = srv_now();
+    t_enc += t_between; /* the partials waited for those finals; their encoder did not run */
     if (nc) srv_hist_add(&s->m.encode, (t_dec - t_enc) / nc);
     int brc = nj ? sotto_generate_greedy_batch(m, ws, jobs, nj, &wo.gen, &err) : SOTTO_OK;
     const double t_done = srv_now();
@@ -528,14 +610,6 @@ static void publish_load(srv *s, const sotto_load *l) {
                l->scale, l->admit ? "admitted" : "refused", l->last_wait, l->last_busy_share * 100);
 }
 
-/* Due sessions of one scan (the worker's own; grown as needed). */
-typedef struct due_list {
-    srv_session **ss;
-    sotto_sched_cand *c;
-    double *late; /* how late each pass is (its wait, or the lag of merged steps) */
-    int n, cap;
-} due_list;
-
 static int due_push(due_list *d, srv_session *ss, double due_since, int final, double late) {
     if (d->n == d->cap) {
         int cap = d->cap ? d->cap * 2 : 64;
@@ -555,10 +629,117 @@ static int due_push(due_list *d, srv_session *ss, double due_since, int final, d
     return 0;
 }
 
+/* What one look at the sessions found to do. */
+typedef struct work {
+    srv_session *init[MAX_BATCH], *batch[MAX_BATCH], *finish[MAX_BATCH];
+    int n_init, n_batch, n_finish;
+    srv_model *bm; /* the batch's variant */
+    int finals;    /* the batch is of final passes */
+} work;
+
+/* One look at the sessions (srv->lock held): sessions to initialize and to
+ * finish, and the next batch as the scheduler picks it (with finals_only,
+ * only final passes; nothing else is collected then). Every session taken
+ * has a reference and, for init and batch, worker_busy set. */
+static void scan(worker *w, int finals_only, work *k) {
+    srv *s = w->s;
+    double now = srv_now();
+    k->n_init = k->n_batch = k->n_finish = 0;
+    k->bm = NULL;
+    w->due.n = 0;
+    for (srv_session *ss = s->sessions; ss; ss = ss->next) {
+        if (ss->fatal || ss->worker_busy) continue;
+        pthread_mutex_lock(&ss->lock);
+        /* a session is initialized once the loader has its variant (sm->model: srv->lock) */
+        int needs_init = !ss->dict && ss->sm && ss->sm->model &&
+                         (ss->state == SESS_LOADING || ss->state == SESS_STOPPING);
+        if (ss->dict) { /* the overload policy's step */
+            int want = sotto_load_step_ms(&w->load, ss->dp.step_ms, 10000);
+            if (sotto_dictation_step_ms(ss->dict) != want) sotto_dictation_set_step_ms(ss->dict, want);
+        }
+        int due = ss->dict && sotto_dictation_pass_due(ss->dict);
+        int final = due ? sotto_dictation_final_due(ss->dict) : 0;
+        int done = ss->dict && ss->state == SESS_STOPPING && sotto_dictation_done(ss->dict);
+        if (due && ss->pass_due_since == 0) ss->pass_due_since = now;
+        if (!due) ss->pass_due_since = 0;
+        double due_since = ss->pass_due_since;
+        /* how late the pass is: its wait, or the lag merged steps hide (scheduler.h) */
+        double late = due ? now - due_since : 0.0;
+        if (due) {
+            double lag = sotto_sched_merged_lag(sotto_dictation_pending_samples(ss->dict) / 16000.0,
+                                                sotto_dictation_step_ms(ss->dict) / 1000.0,
+                                                ss->pace.pace);
+            if (lag > late) late = lag;
+        }
+        pthread_mutex_unlock(&ss->lock);
+        if (finals_only) {
+            if (final) due_push(&w->due, ss, due_since, final, late);
+        } else if (needs_init && k->n_init < MAX_BATCH) {
+            ss->refs++;
+            ss->worker_busy = 1;
+            k->init[k->n_init++] = ss;
+        } else if (due) {
+            due_push(&w->due, ss, due_since, final, late);
+        } else if (done && k->n_finish < MAX_BATCH) {
+            ss->refs++;
+            k->finish[k->n_finish++] = ss;
+        }
+    }
+    /* the batch: finals first; the oldest due pass's variant, its oldest passes (scheduler.h) */
+    int pick[MAX_BATCH];
+    k->n_batch = sotto_sched_pick(w->due.c, w->due.n, w->max_batch, w->last_variant, pick);
+    for (int i = 0; i < k->n_batch; i++) {
+        srv_session *ss = w->due.ss[pick[i]];
+        ss->refs++;
+        ss->worker_busy = 1;
+        k->batch[i] = ss;
+    }
+    k->finals = 0;
+    if (k->n_batch) {
+        k->finals = w->due.c[pick[0]].final > 0;
+        k->bm = k->batch[0]->sm;
+        w->last_variant = k->bm;
+        double late = 0.0; /* the latest pass of the batch decides */
+        for (int i = 0; i < k->n_batch; i++)
+            if (w->due.late[pick[i]] > late) late = w->due.late[pick[i]];
+        if (sotto_load_on_batch(&w->load, late, now)) publish_load(s, &w->load);
+    }
+}
+
+/* After a batch (srv->lock not held): the sessions taken are free again,
+ * and the service thread looks at them (their events, a finish). */
+static void release(srv *s, srv_session **ss, int n, int busy) {
+    if (!n) return;
+    if (busy) {
+        pthread_mutex_lock(&s->lock);
+        for (int i = 0; i < n; i++) ss[i]->worker_busy = 0;
+        pthread_mutex_unlock(&s->lock);
+    }
+    for (int i = 0; i < n; i++) srv_session_wake(s, ss[i]), srv_session_unref(s, ss[i]);
+}
+
+/* Final passes that became due while a partial batch of variant `running`
+ * is being encoded: they run now, ahead of the rest of it, in decoder states
+ * from state_base on (those of a batch of the same variant come before).
+ * They never give way themselves. Returns the seconds they took. */
+static double run_due_finals(worker *w, const srv_model *running, int state_base) {
+    srv *s = w->s;
+    work k;
+    pthread_mutex_lock(&s->lock);
+    scan(w, 1, &k);
+    pthread_mutex_unlock(&s->lock);
+    if (!k.n_batch) return 0.0;
+    const double t0 = srv_now();
+    atomic_fetch_add(&s->m.finals_between, (uint64_t)k.n_batch);
+    run_batch(w, k.bm, k.batch, k.n_batch, 1, k.bm == running ? state_base : 0);
+    release(s, k.batch, k.n_batch, 1);
+    return srv_now() - t0;
+}
+
 static void *worker_main(void *arg) {
     srv *s = arg;
     sotto_threads_set(s->opt.threads);
-    sotto_workspace *ws = sotto_workspace_create();
+    worker w = {.s = s, .ws = sotto_workspace_create()};
     sotto_err err;
     if (s->n_models && srv_model_acquire(s, &s->models[0], &err) == 0) {
         atomic_store(&s->ready, 1);
@@ -567,74 +748,15 @@ static void *worker_main(void *arg) {
         atomic_store(&s->stop, 1);
         if (s->ctx) srv_wake(s);
     }
-    int max_batch = s->opt.max_batch < MAX_BATCH ? s->opt.max_batch : MAX_BATCH;
-    sotto_load load;
-    sotto_load_init(&load, &s->load_params);
+    w.max_batch = s->opt.max_batch < MAX_BATCH ? s->opt.max_batch : MAX_BATCH;
+    sotto_load_init(&w.load, &s->load_params);
     atomic_store(&s->m.step_scale_pm, 1000);
-    const void *last_variant = NULL;
-    due_list due_l = {0};
     pthread_mutex_lock(&s->lock);
     while (!atomic_load(&s->stop)) {
-        srv_session *init[MAX_BATCH], *batch[MAX_BATCH], *finish[MAX_BATCH];
-        int n_init = 0, n_batch = 0, n_finish = 0;
-        srv_model *bm = NULL;
-        double now = srv_now();
-        due_l.n = 0;
-        for (srv_session *ss = s->sessions; ss; ss = ss->next) {
-            if (ss->fatal || ss->worker_busy) continue;
-            pthread_mutex_lock(&ss->lock);
-            /* a session is initialized once the loader has its variant (sm->model: srv->lock) */
-            int needs_init = !ss->dict && ss->sm && ss->sm->model &&
-                             (ss->state == SESS_LOADING || ss->state == SESS_STOPPING);
-            if (ss->dict) { /* the overload policy's step */
-                int want = sotto_load_step_ms(&load, ss->dp.step_ms, 10000);
-                if (sotto_dictation_step_ms(ss->dict) != want) sotto_dictation_set_step_ms(ss->dict, want);
-            }
-            int due = ss->dict && sotto_dictation_pass_due(ss->dict);
-            int final = due && sotto_dictation_final_due(ss->dict);
-            int done = ss->dict && ss->state == SESS_STOPPING && sotto_dictation_done(ss->dict);
-            if (due && ss->pass_due_since == 0) ss->pass_due_since = now;
-            if (!due) ss->pass_due_since = 0;
-            double due_since = ss->pass_due_since;
-            /* how late the pass is: its wait, or the lag merged steps hide (scheduler.h) */
-            double late = due ? now - due_since : 0.0;
-            if (due) {
-                double lag = sotto_sched_merged_lag(sotto_dictation_pending_samples(ss->dict) / 16000.0,
-                                                    sotto_dictation_step_ms(ss->dict) / 1000.0,
-                                                    ss->pace.pace);
-                if (lag > late) late = lag;
-            }
-            pthread_mutex_unlock(&ss->lock);
-            if (needs_init && n_init < MAX_BATCH) {
-                ss->refs++;
-                ss->worker_busy = 1;
-                init[n_init++] = ss;
-            } else if (due) {
-                due_push(&due_l, ss, due_since, final, late);
-            } else if (done && n_finish < MAX_BATCH) {
-                ss->refs++;
-                finish[n_finish++] = ss;
-            }
-        }
-        /* the batch: finals first; the oldest due pass's variant, its oldest passes (scheduler.h) */
-        int pick[MAX_BATCH];
-        n_batch = sotto_sched_pick(due_l.c, due_l.n, max_batch, last_variant, pick);
-        for (int i = 0; i < n_batch; i++) {
-            srv_session *ss = due_l.ss[pick[i]];
-            ss->refs++;
-            ss->worker_busy = 1;
-            batch[i] = ss;
-        }
-        if (n_batch) {
-            bm = batch[0]->sm;
-            last_variant = bm;
-            double late = 0.0; /* the latest pass of the batch decides */
-            for (int i = 0; i < n_batch; i++)
-                if (due_l.late[pick[i]] > late) late = due_l.late[pick[i]];
-            if (sotto_load_on_batch(&load, late, now)) publish_load(s, &load);
-        }
-        if (!n_init && !n_batch && !n_finish) {
-            if (sotto_load_on_idle(&load, now)) publish_load(s, &load);
+        work k;
+        scan(&w, 0, &k);
+        if (!k.n_init && !k.n_batch && !k.n_finish) {
+            if (sotto_load_on_idle(&w.load, srv_now())) publish_load(s, &w.load);
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;
@@ -649,25 +771,20 @@ static void *worker_main(void *arg) {
         }
         pthread_mutex_unlock(&s->lock);
         double t0 = srv_now();
-        for (int i = 0; i < n_init; i++) init_session(s, init[i]);
-        if (n_batch) run_batch(s, ws, bm, batch, n_batch);
-        for (int i = 0; i < n_finish; i++) finish_if_done(s, finish[i]);
-        sotto_load_busy(&load, srv_now() - t0);
-        pthread_mutex_lock(&s->lock);
-        for (int i = 0; i < n_init; i++) init[i]->worker_busy = 0;
-        for (int i = 0; i < n_batch; i++) batch[i]->worker_busy = 0;
-        pthread_mutex_unlock(&s->lock);
-        /* the service thread looks at these sessions (their events, a finish), not at all */
-        for (int i = 0; i < n_init; i++) srv_session_wake(s, init[i]), srv_session_unref(s, init[i]);
-        for (int i = 0; i < n_batch; i++) srv_session_wake(s, batch[i]), srv_session_unref(s, batch[i]);
-        for (int i = 0; i < n_finish; i++) srv_session_wake(s, finish[i]), srv_session_unref(s, finish[i]);
+        for (int i = 0; i < k.n_init; i++) init_session(s, k.init[i]);
+        if (k.n_batch) run_batch(&w, k.bm, k.batch, k.n_batch, k.finals, 0);
+        for (int i = 0; i < k.n_finish; i++) finish_if_done(s, k.finish[i]);
+        sotto_load_busy(&w.load, srv_now() - t0);
+        release(s, k.init, k.n_init, 1);
+        release(s, k.batch, k.n_batch, 1);
+        release(s, k.finish, k.n_finish, 0);
         pthread_mutex_lock(&s->lock);
     }
     pthread_mutex_unlock(&s->lock);
-    free(due_l.ss);
-    free(due_l.c);
-    free(due_l.late);
-    sotto_workspace_free(ws);
+    free(w.due.ss);
+    free(w.due.c);
+    free(w.due.late);
+    sotto_workspace_free(w.ws);
     return NULL;
 }
 

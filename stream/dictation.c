@@ -112,6 +112,7 @@ sotto_dictation_params sotto_dictation_default_params(void) {
     p.lead_max_s = 20.0f;
     p.lead_gap_s = 5.0f;
     p.spec_silence_ms = 0;
+    p.spec_silence_load_ms = 0;
     return p;
 }
 
@@ -136,6 +137,9 @@ int sotto_dictation_params_check(const sotto_dictation_params *p, sotto_err *err
     if (p->spec_silence_ms < 0 || p->spec_silence_ms > 10000)
         return sotto_err_set(err, SOTTO_E_INVALID, "spec_silence_ms %d out of range 0..10000",
                              p->spec_silence_ms);
+    if (p->spec_silence_load_ms < 0 || p->spec_silence_load_ms > 10000)
+        return sotto_err_set(err, SOTTO_E_INVALID, "spec_silence_load_ms %d out of range 0..10000",
+                             p->spec_silence_load_ms);
     return sotto_vad_params_check(&p->vad, err);
 }
 
@@ -439,13 +443,18 @@ void sotto_dictation_set_step_ms(sotto_dictation *d, int step_ms) {
 int sotto_dictation_step_ms(const sotto_dictation *d) { return d->p.step_ms; }
 
 /* A speculative final pass is due: the open utterance has been silent for
- * spec_silence_ms and its would-be end (*end) was not tried yet. */
+ * spec_silence_ms (spec_silence_load_ms while the step is stretched) and
+ * its would-be end (*end) was not tried yet. */
 static int spec_due(const sotto_dictation *d, uint64_t *end) {
     if (!d->p.spec_silence_ms || d->in_flight || d->n_closed || !d->open.id || d->eos) return 0;
-    if (d->p.step_ms > d->base_step_ms) return 0; /* overloaded: no work that may be wasted */
+    int need = d->p.spec_silence_ms;
+    if (d->p.step_ms > d->base_step_ms) { /* overloaded: less work that may be wasted */
+        if (!d->p.spec_silence_load_ms) return 0;
+        need = d->p.spec_silence_load_ms;
+    }
     uint64_t e;
     int ms = sotto_vad_pending_end(d->vad, &e);
-    if (ms < d->p.spec_silence_ms) return 0;
+    if (ms < need) return 0;
     e += d->origin; /* the VAD counts from the first sample pushed */
     if (e > d->total || e <= d->open.start || d->open.from != d->open.start) return 0;
     if (d->spec_state && d->spec_window == d->open.id && d->spec_end == e) return 0;
@@ -471,7 +480,12 @@ int sotto_dictation_pass_due(const sotto_dictation *d) {
 
 int sotto_dictation_final_due(const sotto_dictation *d) {
     uint64_t e;
-    return !d->in_flight && (d->n_closed > 0 || spec_due(d, &e));
+    if (d->in_flight) return 0;
+    return d->n_closed > 0 ? 2 : spec_due(d, &e);
+}
+
+int sotto_dictation_final_behind_partial(const sotto_dictation *d) {
+    return d->in_flight && !d->pass.final && d->n_closed > 0;
 }
 
 size_t sotto_dictation_pending_samples(const sotto_dictation *d) {

@@ -6,13 +6,14 @@
 int sotto_sched_pick(const sotto_sched_cand *c, int n, int max_batch, const void *last_variant,
                      int *out) {
     if (n <= 0 || max_batch <= 0) return 0;
-    /* finals first: if any is due, only finals are candidates */
+    /* finals first, the most urgent level of them: if any is due, only those are candidates */
     int kind = 0;
-    for (int i = 0; i < n && !kind; i++) kind = c[i].final != 0;
+    for (int i = 0; i < n; i++)
+        if (c[i].final > kind) kind = c[i].final;
     /* the oldest due pass of that kind; on a tie, one of another variant than the last batch's */
     int best = -1;
     for (int i = 0; i < n; i++) {
-        if ((c[i].final != 0) != kind) continue;
+        if (c[i].final != kind) continue;
         if (best < 0 || c[i].due_since < c[best].due_since ||
             (c[i].due_since == c[best].due_since && c[best].variant == last_variant &&
              c[i].variant != last_variant))
@@ -22,7 +23,7 @@ int sotto_sched_pick(const sotto_sched_cand *c, int n, int max_batch, const void
     /* its kind's and variant's candidates, oldest first (insertion sort: n is a few dozen) */
     int k = 0;
     for (int i = 0; i < n; i++) {
-        if (c[i].variant != v || (c[i].final != 0) != kind) continue;
+        if (c[i].variant != v || c[i].final != kind) continue;
         int j = k < max_batch ? k++ : max_batch;
         /* j: the slot to fill; shift younger ones right (the last falls off when full) */
         while (j > 0 && c[out[j - 1]].due_since > c[i].due_since) {

@@ -255,10 +255,19 @@ int main(void) {
         CHECK(ce && !strcmp(ce->text, " again") && ce->n_committed == 2 && ce->committed_tokens[1] == AGAIN);
         /* stale completions are refused */
         CHECK(sotto_dictation_complete_pass(d, ps->id, h3, 1) == SOTTO_E_INVALID);
-        /* silence ends the utterance: a final pass over the whole window */
+        /* silence ends the utterance while a partial pass is in flight: the final
+           waits for it, unless the worker abandons it (then the final is due at once) */
+        push(d, 1.1f, 1, &seed);
+        const sotto_pass *pp = sotto_dictation_take_pass(d);
+        CHECK(pp && !pp->final && !sotto_dictation_final_behind_partial(d));
         push(d, 1.6f, 0, &seed);
         CHECK_EQ_INT(count(&ev, "speech_end"), 1);
-        CHECK(sotto_dictation_final_due(d)); /* the scheduler runs it first */
+        CHECK(!sotto_dictation_final_due(d) && sotto_dictation_final_behind_partial(d));
+        if (pp) sotto_dictation_abandon_pass(d, pp->id);
+        CHECK(!sotto_dictation_final_behind_partial(d));
+        /* a final pass over the whole window; the scheduler runs it first (level 2: an
+           ended utterance) */
+        CHECK_EQ_INT(sotto_dictation_final_due(d), 2);
         ps = sotto_dictation_take_pass(d);
         CHECK(ps && ps->final && !ps->timestamps && ps->n_prefix == 2);
         CHECK(!sotto_dictation_final_due(d)); /* in flight */
@@ -790,7 +799,8 @@ int main(void) {
             sotto_dictation_push(t, q, n_q);
             steps++;
             if (!spec && sotto_dictation_pass_due(d)) {
-                CHECK(sotto_dictation_final_due(d)); /* a speculative pass has a final's priority */
+                /* a speculative pass has a final's priority, below an ended utterance's */
+                CHECK_EQ_INT(sotto_dictation_final_due(d), 1);
                 spec = sotto_dictation_take_pass(d);
                 spec_at = count(&ev, "speech_end") ? -2 : steps; /* before the VAD decided */
                 CHECK(spec && spec->final && spec->speculative && spec->timestamps);
@@ -878,6 +888,35 @@ int main(void) {
         push(e, 0.6f, 0, &seed);
         pe = sotto_dictation_take_pass(e);
         CHECK(!pe || !pe->speculative);
+        /* ... unless spec_silence_load_ms asks for it: then later than without load
+           (ms of silence pushed when the speculative pass came), still before the VAD
+           ends the utterance */
+        for (int load = 0; load < 2; load++) {
+            sotto_dictation_params pl = ps_on;
+            pl.spec_silence_load_ms = 600;
+            events evl = {0};
+            sotto_dictation *l = sotto_dictation_create(&pl, tok, EOT, on_event, &evl, &err);
+            CHECK(l != NULL);
+            if (!l) break;
+            sotto_dictation_set_timestamps(l, TS_BEGIN);
+            push(l, 1.0f, 0, &seed);
+            push(l, 1.5f, 1, &seed);
+            const sotto_pass *pp = sotto_dictation_take_pass(l);
+            if (pp) CHECK(sotto_dictation_complete_pass(l, pp->id, hw, 2) == SOTTO_OK);
+            if (load) sotto_dictation_set_step_ms(l, 2000);
+            int spec_ms = -1;
+            for (int ms = 50; ms <= 1500 && spec_ms < 0 && !count(&evl, "speech_end"); ms += 50) {
+                push(l, 0.05f, 0, &seed);
+                if (sotto_dictation_final_due(l) == 1) spec_ms = ms;
+            }
+            /* (the VAD's silence starts in the speech's last envelope dip, up to ~150 ms early) */
+            if (load)
+                CHECK_MSG(spec_ms >= 450 && spec_ms <= 700, "speculation under load after %d ms", spec_ms);
+            else
+                CHECK_MSG(spec_ms >= 150 && spec_ms <= 400, "speculation without load after %d ms", spec_ms);
+            sotto_dictation_free(l);
+            events_clear(&evl);
+        }
         /* end of stream in the silence a held pass was made for: the utterance ends
            where the pass assumed (not at the last sample), and the held result is
            the final at once; with speech up to the end, it ends at the last sample */

@@ -70,6 +70,17 @@ static void test_pick(void) {
     n = sotto_sched_pick(g, 2, 8, NULL, out);
     CHECK(n == 2 && out[0] == 0 && out[1] == 1);
 
+    /* levels of finals: an ended utterance's (2) before older speculative ones (1),
+       which still go before partial passes and share no batch with level 2 */
+    sotto_sched_cand lv[5] = {{&A, 0.5, 1}, {&A, 3.0, 2}, {&A, 0.1, 0}, {&A, 2.0, 2}, {&A, 0.7, 1}};
+    n = sotto_sched_pick(lv, 5, 8, NULL, out);
+    CHECK(n == 2 && out[0] == 3 && out[1] == 1);
+    n = sotto_sched_pick(lv, 3, 8, NULL, out); /* without index 3: the other level-2 final alone */
+    CHECK(n == 1 && out[0] == 1);
+    sotto_sched_cand lv1[3] = {{&A, 0.5, 1}, {&A, 0.1, 0}, {&A, 0.7, 1}};
+    n = sotto_sched_pick(lv1, 3, 8, NULL, out);
+    CHECK(n == 2 && out[0] == 0 && out[1] == 2);
+
     /* a long list in reverse age order comes out sorted */
     sotto_sched_cand r[40];
     for (int i = 0; i < 40; i++) r[i] = (sotto_sched_cand){&A, 100.0 - i, 0};

@@ -20,6 +20,14 @@ Sections (--only a,b):
             sessions of the same 30 s sent as fast as the server takes them (as the
             accuracy tests do) on a fresh server: the step stays under 4x and admission
             never closes.
+  finals    6 real-time sessions on one thread with the server's defaults, each on
+            another 24 s of the long clip (staggered, so that utterances end while
+            other sessions' partial passes are being encoded): some finals run between
+            the windows of a partial batch, or a partial pass whose utterance ended is
+            dropped for its final (/metrics sotto_finals_between_windows_total,
+            sotto_partials_superseded_total; worker.c); every session is clean and
+            within 5 + 10% words of the offline CLI on its audio. Prints the final's
+            delay after speech_end (a benchmark's figure, not checked).
   loading   a session on tiny.en streams at real time with step_ms 100 (passes back to
             back) while five sessions start on `base` f32, nvfp4, q8, nf4 and bf16
             (variants that the loader thread loads, one after another): passes
@@ -64,7 +72,7 @@ import refcommon as rc  # noqa: E402
 import server_client as sc  # noqa: E402
 from test_server import Checks  # noqa: E402
 
-SECTIONS = ["overload", "merged", "loading", "race", "budget"]
+SECTIONS = ["overload", "merged", "finals", "loading", "race", "budget"]
 LONG_CLIP = "librispeech_test-clean_1089-134686-0000-0009_concat70s"
 STREAM_CLIP = "librispeech_train-clean-100_1898-145715-0024"  # 14.8 s
 SHORT_CLIP = "jfk"
@@ -271,6 +279,53 @@ def section_merged(ctx, ck):
     finally:
         rcode = srv.stop()
     ck.ok("merged: server exits 0 on SIGTERM (fast clients)", rcode == 0, str(rcode))
+
+
+# --- finals before partial work -----------------------------------------------------------
+
+
+def section_finals(ctx, ck):
+    a = ctx.args
+    full = sc.load_clip(ctx.by_id[LONG_CLIP]["file"], "s16_16k", ctx.tmp)
+    pcm = b"".join(full.messages)
+    n, secs = 6, 24.0
+    audios, wavs = {}, {}
+    for i in range(n):
+        start = int(i * 7.0 * 16000) * 2 % max(2, len(pcm) - int(secs * 32000))
+        piece = pcm[start:start + int(secs * 32000)]
+        wavs[i] = os.path.join(ctx.tmp, f"finals{i}.wav")
+        write_wav(wavs[i], piece)
+        audios[i] = sc.Audio.pcm(piece, 16000, 1, "pcm_s16le", 100)
+    off = rc.run_sotto(a.sotto, a.model, list(wavs.values()), ["--beam", "1", "--temperature", "0"],
+                       threads=1)
+    srv = sc.Server(a.server, a.model, [], threads=1).start()
+    try:
+        res = sc.run(sc.stream_many(srv.ws_url, audios, concurrency=n, realtime=True, timeout=secs * 4 + 60))
+        m = srv.metrics()
+        between = m.get("sotto_finals_between_windows_total", 0)
+        superseded = m.get("sotto_partials_superseded_total", 0)
+        after = []
+        for r in res.values():
+            ends = {e.get("utterance"): t for t, e in r.events if e.get("type") == "speech_end"}
+            after += [t - ends[e.get("utterance")] for t, e in r.events
+                      if e.get("type") == "final" and e.get("utterance") in ends]
+        after.sort()
+        print(f"  {n} real-time sessions on one thread: finals between partial windows {between:g}, "
+              f"partials superseded {superseded:g}, speculative passes "
+              f"{m.get('sotto_speculative_passes_total', 0):g} ({m.get('sotto_speculative_finals_total', 0):g} "
+              f"finals); final after speech_end p50 {after[len(after) // 2] if after else float('nan'):.2f} s, "
+              f"max {after[-1] if after else float('nan'):.2f} s over {len(after)}", flush=True)
+        ck.ok("finals: some finals ran between the windows of a partial batch (or displaced a partial "
+              "pass of their session)", between + superseded > 0, f"between {between}, superseded {superseded}")
+        for i, r in sorted(res.items()):
+            ck.problems(f"finals: session {i} loses nothing", sc.check_session(r, audios[i].total_units))
+            ref = words(off[wavs[i]]["text"])
+            d = rc.edit_distance(ref, words(r.transcript))
+            ck.ok(f"finals: session {i} transcript within 5 + 10% words of the offline CLI's",
+                  d <= 5 + len(ref) // 10, f"{d} of {len(ref)} words differ: {r.transcript[:100]!r}")
+    finally:
+        rcode = srv.stop()
+    ck.ok("finals: server exits 0 on SIGTERM", rcode == 0, str(rcode))
 
 
 # --- loading while serving -------------------------------------------------------------
