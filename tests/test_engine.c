@@ -6,11 +6,17 @@
  *   - cut windows (sotto_encode_batch_ctx): independent of their batch, and
  *     decoding reads no cross-attention row past the positions encoded;
  *   - Whisper's logit rules (suppression, timestamp rules) on handmade logits;
- *   - generate(): greedy == beam 1, callbacks, length limits, seeded sampling.
+ *   - generate(): greedy == beam 1, callbacks, length limits, seeded sampling;
+ *   - sotto_generate_greedy_batch's begin_after_prefix: after a forced prefix
+ *     over silence the decoder ends at once, unless the flag keeps the blank
+ *     and <|endoftext|> from coming first (a lead that is not this window's
+ *     text, server/worker.c).
  */
 #include "check.h"
 #include "backend.h" /* white-box: poisons the CPU's cross-attention rows past n_ctx */
+#include "decoding.h"
 #include "generate.h"
+#include "tokenizer.h"
 #include "threads.h"
 #include "whisper.h"
 
@@ -422,6 +428,70 @@ static void test_generate(const sotto_model *m, const float *win) {
     sotto_workspace_free(ws);
 }
 
+/* A forced prefix over 30 s of digital silence: greedy decoding ends right
+ * after it (nothing more is said), and with begin_after_prefix the first
+ * token after it is neither the blank nor <|endoftext|>. */
+static void test_begin_after_prefix(const sotto_model *m) {
+    const sotto_hparams *hp = sotto_model_hparams(m);
+    const sotto_special_tokens *sp = sotto_model_special(m);
+    sotto_err err;
+    float *audio = calloc(SOTTO_N_SAMPLES, sizeof(float));
+    float *mel = NULL;
+    size_t nf = 0;
+    CHECK(audio && sotto_mel_compute(sotto_model_mel(m), audio, SOTTO_N_SAMPLES, SOTTO_HOP, 0, &mel, &nf, &err) == 0);
+    float *win = calloc((size_t)hp->n_mels * SOTTO_N_FRAMES, sizeof(float));
+    if (!mel || !win || nf < 2) {
+        free(audio), free(mel), free(win);
+        return;
+    }
+    size_t nc = nf - 1 < SOTTO_N_FRAMES ? nf - 1 : SOTTO_N_FRAMES;
+    for (int c = 0; c < hp->n_mels; c++) memcpy(win + (size_t)c * SOTTO_N_FRAMES, mel + (size_t)c * nf, sizeof(float) * nc);
+    const sotto_tokenizer *tok = sotto_model_tokenizer(m);
+    int32_t prefix[16], prompt[64];
+    size_t np = 0;
+    const char *text = " The meeting is over.";
+    CHECK(sotto_tokenizer_encode(tok, text, strlen(text), prefix, 16, &np, NULL) == 0 && np > 0);
+    sotto_prompt_spec ps = {.lang_token = -1, .task_token = -1, .prefix = prefix, .n_prefix = (int)np,
+                            .min_room = 16};
+    int n_prompt = sotto_prompt_build(m, &ps, prompt, 64);
+    CHECK(n_prompt > (int)np);
+    sotto_suppression sup;
+    CHECK(sotto_suppression_init(&sup, m, 1, 1, &err) == 0);
+    sotto_generate_opts o = sotto_generate_default_opts();
+    sotto_suppression_apply(&sup, &o);
+    const int32_t space = sotto_tokenizer_token_id(tok, "\xc4\xa0");
+    sotto_workspace *ws = sotto_workspace_create();
+    sotto_state *st[2] = {sotto_state_create(m, 1, &err), sotto_state_create(m, 1, &err)};
+    const float *mels[2] = {win, win};
+    CHECK(st[0] && st[1] && sotto_encode_batch(m, ws, st, mels, 2, &err) == 0);
+    sotto_gen_job jobs[2];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 0; i < 2; i++) {
+        jobs[i].st = st[i];
+        jobs[i].prompt = prompt;
+        jobs[i].n_prompt = n_prompt;
+        jobs[i].max_new_tokens = 16;
+        jobs[i].begin_after_prefix = i; /* the same window, without and with */
+    }
+    CHECK(n_prompt > 0 && sotto_generate_greedy_batch(m, ws, jobs, 2, &o, &err) == 0);
+    CHECK_MSG(jobs[0].status == 0 && jobs[0].res.n_tokens == 0,
+              "without begin_after_prefix the silent window should end after the prefix (%d tokens)",
+              jobs[0].res.n_tokens);
+    CHECK_MSG(jobs[1].status == 0 && jobs[1].res.n_tokens >= 1 && jobs[1].res.tokens[0] != sp->eot &&
+                  jobs[1].res.tokens[0] != space,
+              "with begin_after_prefix: %d tokens, the first %d (blank %d, eot %d)", jobs[1].res.n_tokens,
+              jobs[1].res.n_tokens ? jobs[1].res.tokens[0] : -1, space, sp->eot);
+    for (int i = 0; i < 2; i++) {
+        sotto_generate_result_free(&jobs[i].res);
+        sotto_state_free(st[i]);
+    }
+    sotto_workspace_free(ws);
+    sotto_suppression_free(&sup);
+    free(audio);
+    free(mel);
+    free(win);
+}
+
 int main(void) {
     const char *src = getenv("SOTTO_SOURCE_DIR");
     char dir[4096];
@@ -439,6 +509,7 @@ int main(void) {
         test_encode_batch(m, win);
         test_encode_ctx(m, win);
         test_generate(m, win);
+        test_begin_after_prefix(m);
         free(win);
         sotto_model_free(m);
     }
