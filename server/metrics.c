@@ -185,7 +185,8 @@ char *srv_metrics_render(srv *s, size_t *len) {
             "final passes that failed the guardrails and were decoded again at higher temperatures",
             atomic_load(&m->fallback_passes));
     counter(&o, "sotto_finals_between_windows_total",
-            "final passes run between the encoder windows of a partial batch instead of after it",
+            "final passes run between the encoder windows of a less urgent batch (partial passes, "
+            "or speculative finals) instead of after it",
             atomic_load(&m->finals_between));
     counter(&o, "sotto_partials_superseded_total",
             "partial passes dropped before their encoder because their utterance had ended "

@@ -301,17 +301,20 @@ typedef struct worker {
     due_list due;
 } worker;
 
-static double run_due_finals(worker *w, const srv_model *running, int state_base);
+static double run_due_finals(worker *w, const srv_model *running, int state_base, int min_level);
 
 /* Runs one batch of passes of variant sm in decoder states state_base.. of
- * it. A batch of partial passes encodes its windows one at a time (on the
- * CPU a batch gains nothing there: 6 cut windows of tiny.en took 0.41 s
- * batched or one by one) and, before each and before decoding, gives way
- * to what is more urgent: a pass whose utterance has ended meanwhile is
- * dropped (its final is due at once) and due finals run first
- * (run_due_finals). So a final waits for at most one partial window's
- * encoder or a partial batch's decoder steps, not for the whole batch. */
-static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int finals, int state_base) {
+ * it; level is the batch's kind as the scheduler picked it (0: partial
+ * passes, 1: speculative finals, 2: finals of ended utterances). A batch
+ * below level 2 encodes its windows one at a time (on the CPU a batch
+ * gains nothing there: 6 cut windows of tiny.en took 0.41 s batched or one
+ * by one) and, before each and before decoding, gives way to what is more
+ * urgent: finals of a higher level that became due run first
+ * (run_due_finals), and a partial pass whose utterance has ended meanwhile
+ * is dropped (its final is due at once). So a final waits for at most one
+ * window's encoder or a batch's decoder steps, not for a whole batch of
+ * less urgent passes. */
+static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int level, int state_base) {
     srv *s = w->s;
     sotto_workspace *ws = w->ws;
     const sotto_model *m = sm->model;
@@ -338,7 +341,6 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
         }
     }
     const int slots = sm->n_states - state_base; /* < n after a failed growth */
-    int any_final = finals;
     double t_enc = srv_now();
     /* 1: take each session's pass and compute its window's features */
     int nc = 0;
@@ -349,8 +351,8 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
         c->s = s;
         c->ss = ss;
         pthread_mutex_lock(&ss->lock);
-        if (!finals && sotto_dictation_final_due(ss->dict)) {
-            /* its utterance ended since the scan: not in a partial batch, its
+        if (sotto_dictation_final_due(ss->dict) > level) {
+            /* its utterance ended since the scan: not in a less urgent batch, its
                final runs before this batch's first window (run_due_finals) */
             pthread_mutex_unlock(&ss->lock);
             pthread_mutex_lock(&s->lock);
@@ -363,7 +365,6 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
         ss->pass_due_since = 0; /* the next pass's wait starts when it becomes due */
         pthread_mutex_unlock(&ss->lock);
         if (!c->pass) continue;
-        any_final |= c->pass->final;
         srv_hist_add(&s->m.pass_queue, srv_now() - c->due_since);
         c->win = malloc(sizeof(float) * (size_t)nm * SOTTO_N_FRAMES);
         int rc = c->win ? window_features(m, c->pass, c->win, &err) : SOTTO_E_NOMEM;
@@ -400,7 +401,7 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
     }
     int erc = SOTTO_OK;
     double t_between = 0.0; /* finals run between the windows (not this batch's time) */
-    if (any_final) { /* finals: one call (nothing runs between them) */
+    if (level >= 2) { /* finals of ended utterances: one call (nothing is more urgent) */
         if (nc) erc = sotto_encode_batch_ctx(m, ws, sts, mels, n_ctx, nc, &err);
         for (int i = 0; i < nc && !erc; i++) ctx[i].encoded = 1;
     } else {
@@ -425,7 +426,7 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
                 ss->worker_busy = 0; /* its final may run between these windows */
                 pthread_mutex_unlock(&s->lock);
             }
-            t_between += run_due_finals(w, sm, state_base + nc);
+            t_between += run_due_finals(w, sm, state_base + nc, level + 1);
             if (i < nc && !ctx[i].dropped) {
                 erc = sotto_encode_batch_ctx(m, ws, &sts[i], &mels[i], &n_ctx[i], 1, &err);
                 ctx[i].encoded = !erc;
@@ -634,14 +635,15 @@ typedef struct work {
     srv_session *init[MAX_BATCH], *batch[MAX_BATCH], *finish[MAX_BATCH];
     int n_init, n_batch, n_finish;
     srv_model *bm; /* the batch's variant */
-    int finals;    /* the batch is of final passes */
+    int level;     /* the batch's kind: 0 partial, 1 speculative finals, 2 finals */
 } work;
 
 /* One look at the sessions (srv->lock held): sessions to initialize and to
- * finish, and the next batch as the scheduler picks it (with finals_only,
- * only final passes; nothing else is collected then). Every session taken
- * has a reference and, for init and batch, worker_busy set. */
-static void scan(worker *w, int finals_only, work *k) {
+ * finish, and the next batch as the scheduler picks it (with min_level > 0,
+ * only final passes of that level or more, sotto_dictation_final_due;
+ * nothing else is collected then). Every session taken has a reference
+ * and, for init and batch, worker_busy set. */
+static void scan(worker *w, int min_level, work *k) {
     srv *s = w->s;
     double now = srv_now();
     k->n_init = k->n_batch = k->n_finish = 0;
@@ -672,8 +674,8 @@ static void scan(worker *w, int finals_only, work *k) {
             if (lag > late) late = lag;
         }
         pthread_mutex_unlock(&ss->lock);
-        if (finals_only) {
-            if (final) due_push(&w->due, ss, due_since, final, late);
+        if (min_level > 0) {
+            if (final >= min_level) due_push(&w->due, ss, due_since, final, late);
         } else if (needs_init && k->n_init < MAX_BATCH) {
             ss->refs++;
             ss->worker_busy = 1;
@@ -694,9 +696,9 @@ static void scan(worker *w, int finals_only, work *k) {
         ss->worker_busy = 1;
         k->batch[i] = ss;
     }
-    k->finals = 0;
+    k->level = 0;
     if (k->n_batch) {
-        k->finals = w->due.c[pick[0]].final > 0;
+        k->level = w->due.c[pick[0]].final;
         k->bm = k->batch[0]->sm;
         w->last_variant = k->bm;
         double late = 0.0; /* the latest pass of the batch decides */
@@ -718,20 +720,20 @@ static void release(srv *s, srv_session **ss, int n, int busy) {
     for (int i = 0; i < n; i++) srv_session_wake(s, ss[i]), srv_session_unref(s, ss[i]);
 }
 
-/* Final passes that became due while a partial batch of variant `running`
- * is being encoded: they run now, ahead of the rest of it, in decoder states
- * from state_base on (those of a batch of the same variant come before).
- * They never give way themselves. Returns the seconds they took. */
-static double run_due_finals(worker *w, const srv_model *running, int state_base) {
+/* Final passes of min_level or more that became due while a less urgent
+ * batch of variant `running` is being encoded: they run now, ahead of the
+ * rest of it, in decoder states from state_base on (those of a batch of the
+ * same variant come before). Returns the seconds they took. */
+static double run_due_finals(worker *w, const srv_model *running, int state_base, int min_level) {
     srv *s = w->s;
     work k;
     pthread_mutex_lock(&s->lock);
-    scan(w, 1, &k);
+    scan(w, min_level, &k);
     pthread_mutex_unlock(&s->lock);
     if (!k.n_batch) return 0.0;
     const double t0 = srv_now();
     atomic_fetch_add(&s->m.finals_between, (uint64_t)k.n_batch);
-    run_batch(w, k.bm, k.batch, k.n_batch, 1, k.bm == running ? state_base : 0);
+    run_batch(w, k.bm, k.batch, k.n_batch, k.level, k.bm == running ? state_base : 0);
     release(s, k.batch, k.n_batch, 1);
     return srv_now() - t0;
 }
@@ -772,7 +774,7 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&s->lock);
         double t0 = srv_now();
         for (int i = 0; i < k.n_init; i++) init_session(s, k.init[i]);
-        if (k.n_batch) run_batch(&w, k.bm, k.batch, k.n_batch, k.finals, 0);
+        if (k.n_batch) run_batch(&w, k.bm, k.batch, k.n_batch, k.level, 0);
         for (int i = 0; i < k.n_finish; i++) finish_if_done(s, k.finish[i]);
         sotto_load_busy(&w.load, srv_now() - t0);
         release(s, k.init, k.n_init, 1);

@@ -20,7 +20,7 @@ Sections (--only a,b):
             sessions of the same 30 s sent as fast as the server takes them (as the
             accuracy tests do) on a fresh server: the step stays under 4x and admission
             never closes.
-  finals    6 real-time sessions on one thread with the server's defaults, each on
+  finals    6 real-time sessions on two threads with the server's defaults, each on
             another 24 s of the long clip (staggered, so that utterances end while
             other sessions' partial passes are being encoded): some finals run between
             the windows of a partial batch, or a partial pass whose utterance ended is
@@ -298,7 +298,7 @@ def section_finals(ctx, ck):
         audios[i] = sc.Audio.pcm(piece, 16000, 1, "pcm_s16le", 100)
     off = rc.run_sotto(a.sotto, a.model, list(wavs.values()), ["--beam", "1", "--temperature", "0"],
                        threads=1)
-    srv = sc.Server(a.server, a.model, [], threads=1).start()
+    srv = sc.Server(a.server, a.model, [], threads=2).start()
     try:
         res = sc.run(sc.stream_many(srv.ws_url, audios, concurrency=n, realtime=True, timeout=secs * 4 + 60))
         m = srv.metrics()
@@ -310,7 +310,7 @@ def section_finals(ctx, ck):
             after += [t - ends[e.get("utterance")] for t, e in r.events
                       if e.get("type") == "final" and e.get("utterance") in ends]
         after.sort()
-        print(f"  {n} real-time sessions on one thread: finals between partial windows {between:g}, "
+        print(f"  {n} real-time sessions on two threads: finals between windows {between:g}, "
               f"partials superseded {superseded:g}, speculative passes "
               f"{m.get('sotto_speculative_passes_total', 0):g} ({m.get('sotto_speculative_finals_total', 0):g} "
               f"finals); final after speech_end p50 {after[len(after) // 2] if after else float('nan'):.2f} s, "
