@@ -189,7 +189,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
             "or speculative finals) instead of after it",
             atomic_load(&m->finals_between));
     counter(&o, "sotto_partials_superseded_total",
-            "partial passes dropped before their encoder because their utterance had ended "
+            "partial passes dropped before their decoder because their utterance had ended "
             "(its final ran at once)",
             atomic_load(&m->partials_superseded));
     counter(&o, "sotto_encoder_windows_total", "windows encoded (one per pass)",

@@ -303,12 +303,39 @@ typedef struct worker {
 
 static double run_due_finals(worker *w, const srv_model *running, int state_base, int min_level);
 
+/* A session of the running batch whose pass will not run in it: free for
+ * run_due_finals' scan (its reference stays with the batch). */
+static void let_go(srv *s, srv_session *ss) {
+    pthread_mutex_lock(&s->lock);
+    ss->worker_busy = 0;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Drops the batch's partial passes whose utterance ended since they were
+ * taken (encoded or not: a final replaces their text at once), so that
+ * their finals can run now. */
+static void drop_superseded(srv *s, job_ctx *ctx, int nc) {
+    for (int k = 0; k < nc; k++) {
+        job_ctx *c = &ctx[k];
+        if (c->dropped) continue;
+        pthread_mutex_lock(&c->ss->lock);
+        c->dropped = sotto_dictation_final_behind_partial(c->ss->dict);
+        if (c->dropped) sotto_dictation_abandon_pass(c->ss->dict, c->pass->id);
+        pthread_mutex_unlock(&c->ss->lock);
+        if (!c->dropped) continue;
+        atomic_fetch_add(&s->m.partials_superseded, 1);
+        sotto_log(SOTTO_LOG_DEBUG, c->ss->id, "partial pass %llu dropped: its utterance ended",
+                  (unsigned long long)c->pass->id);
+        let_go(s, c->ss);
+    }
+}
+
 /* Runs one batch of passes of variant sm in decoder states state_base.. of
  * it; level is the batch's kind as the scheduler picked it (0: partial
  * passes, 1: speculative finals, 2: finals of ended utterances). A batch
  * below level 2 encodes its windows one at a time (on the CPU a batch
- * gains nothing there: 6 cut windows of tiny.en took 0.41 s batched or one
- * by one) and, before each and before decoding, gives way to what is more
+ * gains little there: bench_engine's "one batch / one at a time" rows)
+ * and, before each and before decoding, gives way to what is more
  * urgent: finals of a higher level that became due run first
  * (run_due_finals), and a partial pass whose utterance has ended meanwhile
  * is dropped (its final is due at once). So a final waits for at most one
@@ -355,9 +382,7 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
             /* its utterance ended since the scan: not in a less urgent batch, its
                final runs before this batch's first window (run_due_finals) */
             pthread_mutex_unlock(&ss->lock);
-            pthread_mutex_lock(&s->lock);
-            ss->worker_busy = 0;
-            pthread_mutex_unlock(&s->lock);
+            let_go(s, ss);
             continue;
         }
         c->due_since = ss->pass_due_since;
@@ -406,26 +431,7 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
         for (int i = 0; i < nc && !erc; i++) ctx[i].encoded = 1;
     } else {
         for (int i = 0; i <= nc && !erc; i++) {
-            /* passes whose utterance ended since they were taken: dropped (encoded
-               or not: their text would be replaced at once), so that their finals
-               can run now */
-            for (int k = 0; k < nc; k++) {
-                job_ctx *c = &ctx[k];
-                srv_session *ss = c->ss;
-                if (c->dropped) continue;
-                pthread_mutex_lock(&ss->lock);
-                int drop = sotto_dictation_final_behind_partial(ss->dict);
-                if (drop) sotto_dictation_abandon_pass(ss->dict, c->pass->id);
-                pthread_mutex_unlock(&ss->lock);
-                if (!drop) continue;
-                c->dropped = 1;
-                atomic_fetch_add(&s->m.partials_superseded, 1);
-                sotto_log(SOTTO_LOG_DEBUG, ss->id, "partial pass %llu dropped: its utterance ended",
-                          (unsigned long long)c->pass->id);
-                pthread_mutex_lock(&s->lock);
-                ss->worker_busy = 0; /* its final may run between these windows */
-                pthread_mutex_unlock(&s->lock);
-            }
+            drop_superseded(s, ctx, nc);
             t_between += run_due_finals(w, sm, state_base + nc, level + 1);
             if (i < nc && !ctx[i].dropped) {
                 erc = sotto_encode_batch_ctx(m, ws, &sts[i], &mels[i], &n_ctx[i], 1, &err);
