@@ -1,5 +1,5 @@
 /* bench_engine.c - times the engine's stages on one model: log-mel of 30 s,
- * encoder per 30 s window, decoder prompt, decoder step per token at 1 and
+ * encoder per 30 s window, B windows in one batch and one at a time, decoder prompt, decoder step per token at 1 and
  * N streams (batched rows from N states), and prints one table.
  *
  * usage: bench_engine [--model DIR] [--threads N] [--reps N] [--streams N]
@@ -128,7 +128,40 @@ int main(int argc, char **argv) {
         if (r) v[r - 1] = now_ms() - a;
     }
     double t_enc = median(v, reps);
-    for (int s = 1; s < streams; s++) sotto_encode(m, ws, st[s], win, &err);
+    /* a batch of windows against the same windows one call each (server/worker.c
+       encodes a partial batch window by window): B cut windows of 10, 12, ... s
+       (with the server's 1 s padding), and B whole ones */
+    const int B = streams < 6 ? streams : 6;
+    const float **wins = malloc(sizeof *wins * (size_t)B);
+    int *cut = malloc(sizeof(int) * (size_t)B), *whole = malloc(sizeof(int) * (size_t)B);
+    for (int b = 0; b < B; b++) {
+        wins[b] = win;
+        cut[b] = sotto_encoder_positions(m, (size_t)(10 + 2 * b) * SOTTO_SAMPLE_RATE, SOTTO_SAMPLE_RATE);
+        whole[b] = hp->n_audio_ctx;
+    }
+    double t_batch[2][2]; /* [cut, whole][one batch, one by one] */
+    for (int kind = 0; kind < 2; kind++) {
+        const int *ctx = kind ? whole : cut;
+        for (int way = 0; way < 2; way++) {
+            for (int r = 0; r < reps; r++) {
+                double a = now_ms();
+                int rc = 0;
+                if (way == 0) rc = sotto_encode_batch_ctx(m, ws, st, wins, ctx, B, &err);
+                for (int b = 0; way == 1 && b < B && !rc; b++)
+                    rc = sotto_encode_batch_ctx(m, ws, st + b, wins + b, ctx + b, 1, &err);
+                if (rc) {
+                    fprintf(stderr, "bench_engine: %s\n", err.msg);
+                    return 1;
+                }
+                v[r] = now_ms() - a;
+            }
+            t_batch[kind][way] = median(v, reps);
+        }
+    }
+    free(wins);
+    free(cut);
+    free(whole);
+    for (int s = 0; s < streams; s++) sotto_encode(m, ws, st[s], win, &err);
 
     /* prompt of 1 + 3 task tokens + 64 previous-text tokens */
     int32_t prompt[72];
@@ -183,6 +216,10 @@ int main(int argc, char **argv) {
     printf("| load model | %.1f |\n", t_load);
     printf("| log-mel, 30 s | %.2f |\n", t_mel);
     printf("| encoder, one 30 s window | %.1f |\n", t_enc);
+    printf("| encoder, %d cut windows (10-%d s + 1 s): one batch / one at a time | %.1f / %.1f |\n", B,
+           10 + 2 * (B - 1), t_batch[0][0], t_batch[0][1]);
+    printf("| encoder, %d whole windows: one batch / one at a time | %.1f / %.1f |\n", B, t_batch[1][0],
+           t_batch[1][1]);
     printf("| decoder prompt, %d tokens | %.2f |\n", np, t_prompt);
     printf("| decoder step, 1 stream | %.2f |\n", t_step[0]);
     printf("| decoder step, %d streams (per step) | %.2f |\n", streams, t_step[1]);
