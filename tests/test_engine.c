@@ -24,8 +24,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float *synthetic_window(const sotto_model *m) {
+/* The log-mel window of n samples (at most 30 s), zeros after them. */
+static float *window_of(const sotto_model *m, const float *audio, size_t n) {
     const sotto_hparams *hp = sotto_model_hparams(m);
+    float *mel = NULL;
+    size_t nf = 0;
+    sotto_err err;
+    CHECK(sotto_mel_compute(sotto_model_mel(m), audio, n, SOTTO_HOP, 0, &mel, &nf, &err) == 0);
+    float *win = calloc((size_t)hp->n_mels * SOTTO_N_FRAMES, sizeof(float));
+    size_t nc = nf > 0 ? nf - 1 : 0;
+    if (nc > SOTTO_N_FRAMES) nc = SOTTO_N_FRAMES;
+    for (int c = 0; mel && win && c < hp->n_mels; c++)
+        memcpy(win + (size_t)c * SOTTO_N_FRAMES, mel + (size_t)c * nf, sizeof(float) * nc);
+    free(mel);
+    return win;
+}
+
+static float *synthetic_window(const sotto_model *m) {
     size_t n = SOTTO_N_SAMPLES / 3; /* 10 s of a chirp with harmonics */
     float *audio = malloc(sizeof(float) * n);
     for (size_t i = 0; i < n; i++) {
@@ -33,15 +48,8 @@ static float *synthetic_window(const sotto_model *m) {
         audio[i] = (float)(0.2 * sin(6.283185307 * (150 + 40 * t) * t) +
                            0.1 * sin(6.283185307 * (450 + 120 * t) * t) * sin(3.0 * t));
     }
-    float *mel = NULL;
-    size_t nf = 0;
-    sotto_err err;
-    CHECK(sotto_mel_compute(sotto_model_mel(m), audio, n, SOTTO_HOP, 0, &mel, &nf, &err) == 0);
-    float *win = calloc((size_t)hp->n_mels * SOTTO_N_FRAMES, sizeof(float));
-    for (int c = 0; c < hp->n_mels; c++)
-        memcpy(win + (size_t)c * SOTTO_N_FRAMES, mel + (size_t)c * nf, sizeof(float) * (nf - 1));
+    float *win = window_of(m, audio, n);
     free(audio);
-    free(mel);
     return win;
 }
 
@@ -432,20 +440,13 @@ static void test_generate(const sotto_model *m, const float *win) {
  * after it (nothing more is said), and with begin_after_prefix the first
  * token after it is neither the blank nor <|endoftext|>. */
 static void test_begin_after_prefix(const sotto_model *m) {
-    const sotto_hparams *hp = sotto_model_hparams(m);
     const sotto_special_tokens *sp = sotto_model_special(m);
     sotto_err err;
     float *audio = calloc(SOTTO_N_SAMPLES, sizeof(float));
-    float *mel = NULL;
-    size_t nf = 0;
-    CHECK(audio && sotto_mel_compute(sotto_model_mel(m), audio, SOTTO_N_SAMPLES, SOTTO_HOP, 0, &mel, &nf, &err) == 0);
-    float *win = calloc((size_t)hp->n_mels * SOTTO_N_FRAMES, sizeof(float));
-    if (!mel || !win || nf < 2) {
-        free(audio), free(mel), free(win);
-        return;
-    }
-    size_t nc = nf - 1 < SOTTO_N_FRAMES ? nf - 1 : SOTTO_N_FRAMES;
-    for (int c = 0; c < hp->n_mels; c++) memcpy(win + (size_t)c * SOTTO_N_FRAMES, mel + (size_t)c * nf, sizeof(float) * nc);
+    float *win = audio ? window_of(m, audio, SOTTO_N_SAMPLES) : NULL;
+    free(audio);
+    CHECK(win != NULL);
+    if (!win) return;
     const sotto_tokenizer *tok = sotto_model_tokenizer(m);
     int32_t prefix[16], prompt[64];
     size_t np = 0;
@@ -487,8 +488,6 @@ static void test_begin_after_prefix(const sotto_model *m) {
     }
     sotto_workspace_free(ws);
     sotto_suppression_free(&sup);
-    free(audio);
-    free(mel);
     free(win);
 }
 
