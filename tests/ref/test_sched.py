@@ -26,8 +26,9 @@ Sections (--only a,b):
             the windows of a partial batch, or a partial pass whose utterance ended is
             dropped for its final (/metrics sotto_finals_between_windows_total,
             sotto_partials_superseded_total; worker.c); every session is clean and
-            within 5 + 10% words of the offline CLI on its audio. Prints the final's
-            delay after speech_end (a benchmark's figure, not checked).
+            within 5 + 10% words of the offline CLI on its audio, while two more
+            clients reset their connections mid-speech (the server lives on). Prints
+            the final's delay after speech_end (a benchmark's figure, not checked).
   loading   a session on tiny.en streams at real time with step_ms 100 (passes back to
             back) while five sessions start on `base` f32, nvfp4, q8, nf4 and bf16
             (variants that the loader thread loads, one after another): passes
@@ -80,6 +81,15 @@ SHORT_CLIP = "jfk"
 
 def words(text):
     return rc.normalize(text).split()
+
+
+def check_near_cli(ck, label, i, r, units, ref):
+    """Session i of a section: it lost nothing, and its transcript is within 5 + 10% words
+    of `ref` (the offline CLI's words on the same audio)."""
+    ck.problems(f"{label}: session {i} loses nothing", sc.check_session(r, units))
+    d = rc.edit_distance(ref, words(r.transcript))
+    ck.ok(f"{label}: session {i} transcript within 5 + 10% words of the offline CLI's",
+          d <= 5 + len(ref) // 10, f"{d} of {len(ref)} words differ: {r.transcript[:100]!r}")
 
 
 def write_wav(path, pcm, rate=16000):
@@ -186,12 +196,7 @@ def section_overload(ctx, ck):
               and "--overload-wait-ms" in e[0].get("message", "") and not refused.ready,
               str(refused.errors if refused else None))
         for i, r in enumerate(results):
-            ck.problems(f"overload: running session {i} loses nothing", sc.check_session(r, audio.total_units))
-            hyp = words(r.transcript)
-            d = rc.edit_distance(off_words, hyp)
-            ck.ok(f"overload: session {i} transcript within 5 + 10% words of the offline CLI's",
-                  d <= 5 + len(off_words) // 10, f"{d} of {len(off_words)} words differ: "
-                  f"{r.transcript[:120]!r}")
+            check_near_cli(ck, "overload", i, r, audio.total_units, off_words)
         ck.ok("overload: metrics count the growth, the closing and the refusal",
               m.get("sotto_step_grows_total", 0) >= 3 and m.get("sotto_admission_closes_total", 0) >= 1
               and m.get("sotto_sessions_refused_overload_total", 0) >= 1, str(m.get("sotto_step_grows_total")))
@@ -245,10 +250,7 @@ def section_merged(ctx, ck):
         ck.ok("merged: the step scale grew to 2.25 or more although every session was in each batch",
               max(scales) >= 2.25 - 1e-9 and m.get("sotto_step_grows_total", 0) >= 2, f"max {max(scales)}")
         for i, r in enumerate(results):
-            ck.problems(f"merged: session {i} loses nothing", sc.check_session(r, audio.total_units))
-            d = rc.edit_distance(off_words, words(r.transcript))
-            ck.ok(f"merged: session {i} transcript within 5 + 10% words of the offline CLI's",
-                  d <= 5 + len(off_words) // 10, f"{d} of {len(off_words)} words differ")
+            check_near_cli(ck, "merged", i, r, audio.total_units, off_words)
     finally:
         rcode = srv.stop()
     ck.ok("merged: server exits 0 on SIGTERM", rcode == 0, str(rcode))
@@ -299,8 +301,26 @@ def section_finals(ctx, ck):
     off = rc.run_sotto(a.sotto, a.model, list(wavs.values()), ["--beam", "1", "--temperature", "0"],
                        threads=1)
     srv = sc.Server(a.server, a.model, [], threads=2).start()
+
+    async def reset_midway(audio, cut_s):
+        """A client that resets its connection mid-speech, its passes in the batches."""
+        r = sc.StreamResult()
+        ws = await sc.open_ws(srv.ws_url)
+        rx = asyncio.create_task(sc._receiver(ws, r))
+        await ws.send(json.dumps({"type": "start", **audio.start_fields()}))
+        await sc.wait_for(r, lambda e: e.get("type") in ("ready", "error"), 30)
+        await sc.send_audio(ws, r, audio, realtime=True, abort_after_s=cut_s)
+        sc.abort_connection(ws)
+        rx.cancel()
+        return r
+
+    async def load():
+        return await asyncio.gather(
+            sc.stream_many(srv.ws_url, audios, concurrency=n, realtime=True, timeout=secs * 4 + 60),
+            reset_midway(audios[1], 9.0), reset_midway(audios[4], 13.5))
+
     try:
-        res = sc.run(sc.stream_many(srv.ws_url, audios, concurrency=n, realtime=True, timeout=secs * 4 + 60))
+        res, *resets = sc.run(load())
         m = srv.metrics()
         between = m.get("sotto_finals_between_windows_total", 0)
         superseded = m.get("sotto_partials_superseded_total", 0)
@@ -318,11 +338,10 @@ def section_finals(ctx, ck):
         ck.ok("finals: some finals ran between the windows of a partial batch (or displaced a partial "
               "pass of their session)", between + superseded > 0, f"between {between}, superseded {superseded}")
         for i, r in sorted(res.items()):
-            ck.problems(f"finals: session {i} loses nothing", sc.check_session(r, audios[i].total_units))
-            ref = words(off[wavs[i]]["text"])
-            d = rc.edit_distance(ref, words(r.transcript))
-            ck.ok(f"finals: session {i} transcript within 5 + 10% words of the offline CLI's",
-                  d <= 5 + len(ref) // 10, f"{d} of {len(ref)} words differ: {r.transcript[:100]!r}")
+            check_near_cli(ck, "finals", i, r, audios[i].total_units, words(off[wavs[i]]["text"]))
+        ck.ok("finals: the server outlived two clients that reset mid-speech under this load",
+              all(x.ready for x in resets) and srv.alive(),
+              f"ready {[bool(x.ready) for x in resets]}, alive {srv.alive()}")
     finally:
         rcode = srv.stop()
     ck.ok("finals: server exits 0 on SIGTERM", rcode == 0, str(rcode))
