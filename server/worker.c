@@ -165,6 +165,7 @@ typedef struct job_ctx {
     double due_since;
     int dropped; /* abandoned before its decoder: its utterance ended meanwhile */
     int encoded;
+    int final; /* pass->final, kept: once dropped, *pass is the session's next pass */
     int seen_token;
     int max_tokens;   /* the guardrails' bound on text tokens (prefix included) */
     int n_text;       /* text tokens so far (prefix included) */
@@ -390,6 +391,7 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
         ss->pass_due_since = 0; /* the next pass's wait starts when it becomes due */
         pthread_mutex_unlock(&ss->lock);
         if (!c->pass) continue;
+        c->final = c->pass->final;
         srv_hist_add(&s->m.pass_queue, srv_now() - c->due_since);
         c->win = malloc(sizeof(float) * (size_t)nm * SOTTO_N_FRAMES);
         int rc = c->win ? window_features(m, c->pass, c->win, &err) : SOTTO_E_NOMEM;
@@ -445,7 +447,7 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
             const uint64_t pos = (uint64_t)sotto_state_encoded_positions(sts[i]);
             atomic_fetch_add(&s->m.encoded_windows, 1);
             atomic_fetch_add(&s->m.encoded_positions, pos);
-            if (ctx[i].pass->final) {
+            if (ctx[i].final) {
                 atomic_fetch_add(&s->m.final_windows, 1);
                 atomic_fetch_add(&s->m.final_positions, pos);
             }
