@@ -10,6 +10,14 @@ audio (the same packets the streaming test sends). docs/PERF.md's table
 
   python3 bench/bench_stream_wer.py --start '{"vad": {"silence_ms": 800}}' --variant opus
   python3 bench/bench_stream_wer.py --server-args "--audio-ctx all"
+  python3 bench/bench_stream_wer.py --multilingual models/base --server-args "--audio-ctx all"
+
+With --multilingual MODEL the server also loads that (multilingual) model, and
+the non-English dev clips are streamed to it with language auto after the
+English ones: their CER beside the offline CLI's on the same clips (greedy,
+temperature 0, language auto) and the language each session detected.
+Every run ends with the server's counter of final text dropped as invented
+(sotto_final_tails_dropped_total).
 """
 import argparse
 import ctypes
@@ -65,6 +73,8 @@ def main():
     ap.add_argument("--paired-with", metavar="DUMP",
                     help="a --dump of another run: print WER(this) - WER(that) with a paired bootstrap "
                          "95%% interval over the clips, and the clips that moved most")
+    ap.add_argument("--multilingual", metavar="MODEL",
+                    help="also stream the non-English clips to this multilingual model (language auto)")
     ap.add_argument("--compare-only", action="store_true",
                     help="with --paired-with and --dump: compare the two dumps, stream nothing")
     args = ap.parse_args()
@@ -80,11 +90,15 @@ def main():
         label = "offline CLI on the Opus-decoded audio"
     else:
         start = json.loads(args.start)
-        srv = sc.Server(args.server, args.model, ["--max-buffer-s", "600"] + args.server_args.split()).start()
+        extra = ["--model", args.multilingual] if args.multilingual else []
+        srv = sc.Server(args.server, args.model,
+                        ["--max-buffer-s", "600"] + extra + args.server_args.split()).start()
         try:
             audios = {r["id"]: sc.load_clip(r["file"], args.variant, tmp) for r in rows}
             res = sc.run(sc.stream_many(srv.ws_url, audios, concurrency=args.concurrency, wait_ready=False,
                                         start=start, realtime=args.realtime))
+            multi = multilingual(args, srv, start, tmp) if args.multilingual else None
+            dropped = srv.metrics().get("sotto_final_tails_dropped_total", 0)
         finally:
             srv.stop()
         hyps = {k: v.transcript for k, v in res.items()}
@@ -103,6 +117,40 @@ def main():
           + "".join(f"\n  {k}: {phrase!r}" for k, phrase in loops))
     if args.paired_with:
         paired(rows, hyps, args.paired_with)
+    if not args.compare_only and not args.offline_opus:
+        print(f"final text dropped as invented (sotto_final_tails_dropped_total): {dropped:.0f}")
+        if multi:
+            print_multilingual(args, multi, tmp)
+
+
+def multilingual(args, srv, start, tmp):
+    """{clip id: (row, stream result)} for the non-English clips on the multilingual model."""
+    rows = [r for r in rc.load_manifest(args.manifest) if r["language"] != "en"]
+    name = os.path.basename(os.path.normpath(args.multilingual))
+    st = dict(start, model=name, language="auto")
+    audios = {r["id"]: sc.load_clip(r["file"], args.variant, tmp) for r in rows}
+    res = sc.run(sc.stream_many(srv.ws_url, audios, concurrency=args.concurrency, wait_ready=False,
+                                start=st, realtime=args.realtime))
+    return {r["id"]: (r, res[r["id"]]) for r in rows}
+
+
+def print_multilingual(args, multi, tmp):
+    import test_multilingual as tm
+    rows = [r for r, _ in multi.values()]
+    off = rc.run_sotto(args.sotto, args.multilingual, [r["file"] for r in rows],
+                       ["--language", "auto", "--beam", "1", "--temperature", "0"])
+    name = os.path.basename(os.path.normpath(args.multilingual))
+    print(f"non-English clips on {name}, language auto: CER streamed / offline CLI (greedy, t 0)")
+    cs, co = [], []
+    for k, (r, res) in multi.items():
+        lang = [e.get("language") for e in res.of_type("language")]
+        c_s, c_o = tm.cer(r["text"], res.transcript, r["language"]), tm.cer(r["text"], off[r["file"]]["text"],
+                                                                            r["language"])
+        cs.append(c_s)
+        co.append(c_o)
+        print(f"  {k} [{r['language']}, detected {lang[0] if lang else None}]: {c_s:.1f}% / {c_o:.1f}%  "
+              f"{res.transcript.strip()[:70]!r}")
+    print(f"  mean CER over {len(cs)} clips: streamed {sum(cs) / len(cs):.1f}%, offline {sum(co) / len(co):.1f}%")
 
 
 def looping_clips(hyps):

@@ -177,6 +177,12 @@ int sotto_dictation_complete_pass(sotto_dictation *d, uint64_t pass_id, const in
  *                             temperature fallback or was cut by the guardrails,
  *                             and a loop must not be fed forward. */
 #define SOTTO_PASS_RESET_CONTEXT 1
+/*   SOTTO_PASS_ALL_FAILED     (final passes) every attempt failed the guardrails;
+ *                             tokens are the least bad one. A pass over the rest
+ *                             of a window after a hypothesis that ended in a
+ *                             single timestamp (which Whisper would not decode at
+ *                             all) then commits nothing. */
+#define SOTTO_PASS_ALL_FAILED 2
 int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
                                         const int32_t *tokens, int n, int flags);
 
@@ -231,6 +237,8 @@ typedef struct sotto_dictation_stats {
     uint64_t passes, utterances;
     uint64_t continuations;   /* extra final passes for audio a final pass left out */
     uint64_t repeats_dropped; /* continuations dropped for only repeating committed words */
+    uint64_t tails_dropped;   /* final text dropped as invented: timestamps past the audio, or a
+                                 failed pass over the rest after a single-timestamp end */
     uint64_t passes_rejected; /* partial passes that failed the guardrails */
     uint64_t loops_cut;       /* commits cut short by the repetition detector */
     uint64_t context_resets;  /* finals whose text was not carried as context */

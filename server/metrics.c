@@ -165,6 +165,9 @@ char *srv_metrics_render(srv *s, size_t *len) {
             atomic_load(&m->spec_passes));
     counter(&o, "sotto_speculative_finals_total", "... whose result became the final as the utterance ended",
             atomic_load(&m->spec_used));
+    counter(&o, "sotto_final_tails_dropped_total",
+            "finals cut before a timestamp past the end of their audio (text the audio cannot hold)",
+            atomic_load(&m->tails_dropped));
     counter(&o, "sotto_bad_messages_total", "client messages answered with an error",
             atomic_load(&m->bad_messages));
     counter(&o, "sotto_opus_concealed_packets_total", "Opus packets replaced by concealment",

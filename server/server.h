@@ -130,6 +130,7 @@ typedef struct srv_metrics {
     _Atomic uint64_t sessions_let_go;   /* detached here, restored elsewhere, dropped before their grace ran out */
     _Atomic uint64_t audio_in_samples, audio_final_samples, audio_dropped_samples;
     _Atomic uint64_t spec_passes, spec_used; /* speculative final passes run / that became finals */
+    _Atomic uint64_t tails_dropped;          /* finals cut before a timestamp past their audio */
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
     _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
     /* finals run between the windows of a partial batch (worker.c), and partial
@@ -232,6 +233,7 @@ typedef struct srv_session {
     int language_detected;    /* "auto" resolved on the first pass */
     uint64_t final_samples_seen;
     uint64_t spec_passes_seen, spec_used_seen; /* dictation stats already added to the metrics */
+    uint64_t tails_dropped_seen;
     int engine_failures;      /* passes in a row the engine could not run (worker) */
     uint64_t dropped_samples_seen; /* samples_dropped already added to the metric */
 

@@ -239,6 +239,8 @@ int srv_session_count_locked(srv *s, srv_session *ss, sotto_dictation_stats *st)
     ss->spec_passes_seen = st->spec_passes;
     atomic_fetch_add(&s->m.spec_used, st->spec_used - ss->spec_used_seen);
     ss->spec_used_seen = st->spec_used;
+    atomic_fetch_add(&s->m.tails_dropped, st->tails_dropped - ss->tails_dropped_seen);
+    ss->tails_dropped_seen = st->tails_dropped;
     return finals;
 }
 

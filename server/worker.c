@@ -586,7 +586,8 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
             int silent = v.silent || (used_fallback && sotto_guard_is_silent(&wo.guard, r));
             sotto_dictation_complete_pass_flags(ss->dict, c->pass->id, r->tokens,
                                                 silent ? 0 : r->n_tokens,
-                                                used_fallback ? SOTTO_PASS_RESET_CONTEXT : 0);
+                                                (used_fallback ? SOTTO_PASS_RESET_CONTEXT : 0) |
+                                                    (used_fallback && fb.all_failed ? SOTTO_PASS_ALL_FAILED : 0));
             atomic_fetch_add(&s->m.passes, 1);
             srv_hist_add(&s->m.pass_total, srv_now() - c->due_since);
         }

@@ -18,12 +18,14 @@ typedef struct window {
     uint64_t from;       /* final passes decode [from, end]: start, or where the
                             previous final pass's transcription stopped */
     int continuations;   /* final passes after the first */
+    int rest_after_end;  /* the last one decodes what followed a single-timestamp end */
     int no_lead;         /* decoded without the previous utterance's audio from now on */
 } window;
 
 #define MAX_CONTINUATIONS 6 /* final passes of one window after the first */
 #define MIN_REST_S 0.5      /* untranscribed audio that gets another final pass */
 #define SINGLE_END_REST_S 1.0 /* the same after a hypothesis ending in one timestamp */
+#define PAST_AUDIO_S 0.5      /* a segment opening this far past a final's audio was invented */
 #define CUT_SEARCH_S 3.0    /* a full window is cut at the quietest point of its last seconds */
 #define CUT_QUIET_MS 100    /* ... measured as the energy of this much audio */
 #define CUT_HOP_MS 10
@@ -591,6 +593,26 @@ void sotto_dictation_on_token(sotto_dictation *d, uint64_t pass_id, int32_t toke
     if (d->p.partials) emit_partial(d, d->pass_tokens, d->n_pass_tokens);
 }
 
+/* The tokens of a final pass with timestamps before the first segment that
+ * opens more than PAST_AUDIO_S after the end of the pass's audio: speech
+ * that begins after the audio ended was not in it. (A segment's closing
+ * timestamp is no such sign: on a short window padded to 30 s, Whisper
+ * closes real words up to a second late, e.g. " Chapter 1" in 1.3 s of
+ * audio.) Returns the count kept: up to and with the timestamp before it. */
+static int within_audio(const sotto_dictation *d, const int32_t *t, int n) {
+    const double limit = (double)d->pass.n / SR + PAST_AUDIO_S;
+    for (int i = 0; i < n; i++) {
+        if (t[i] < d->ts_begin) continue;
+        /* a segment's opening timestamp: the first, or one after another */
+        const int32_t *pre = d->pass.prefix;
+        int after_ts = i ? t[i - 1] >= d->ts_begin
+                         : !d->pass.n_prefix || pre[d->pass.n_prefix - 1] >= d->ts_begin;
+        int opens = after_ts && i + 1 < n && t[i + 1] < d->ts_begin;
+        if (opens && (t[i] - d->ts_begin) * 0.02 > limit) return i;
+    }
+    return n;
+}
+
 /* Where a final pass with timestamps stopped transcribing, as Whisper's
  * long-form loop decides it: after the last complete segment when the
  * hypothesis has segment boundaries (two timestamps in a row) and does not
@@ -599,14 +621,17 @@ void sotto_dictation_on_token(sotto_dictation *d, uint64_t pass_id, int32_t toke
  * stopped there too: with committed text forced as one long segment the
  * model tends to close it and end (the VAD window ends 0.3 s after the
  * last speech, so a longer rest holds words). Else: the window's end.
- * *keep: the tokens of the hypothesis before that point. */
-static uint64_t transcribed_until(const sotto_dictation *d, const int32_t *t, int n, int *keep) {
+ * *keep: the tokens of the hypothesis before that point; *single: it ended
+ * in a single timestamp. */
+static uint64_t transcribed_until(const sotto_dictation *d, const int32_t *t, int n, int *keep,
+                                  int *single) {
     const uint64_t all = d->pass.start + d->pass.n;
     int single_end = n >= 1 && t[n - 1] >= d->ts_begin && (n == 1 || t[n - 2] < d->ts_begin);
     int last_pair = -1;
     for (int i = 1; i < n; i++)
         if (t[i] >= d->ts_begin && t[i - 1] >= d->ts_begin) last_pair = i;
     *keep = n;
+    *single = single_end;
     if (single_end) {
         uint64_t at = d->pass.start + (uint64_t)(t[n - 1] - d->ts_begin) * (SR / 50);
         return at + (uint64_t)(SINGLE_END_REST_S * SR) < all ? at : all;
@@ -798,10 +823,19 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
     }
     int keep = n;
     uint64_t stop = 0;
-    int cont = 0;
+    int cont = 0, single = 0;
+    if (d->pass.final && d->pass.timestamps && n > 0) {
+        int in = within_audio(d, tokens, n);
+        if (in < n) {
+            n = in;
+            d->st.tails_dropped++;
+        }
+    }
+    keep = n;
     if (d->pass.final) {
         const window *w = &d->closed[0];
-        stop = d->pass.timestamps ? transcribed_until(d, tokens, n, &keep) : d->pass.start + d->pass.n;
+        stop = d->pass.timestamps ? transcribed_until(d, tokens, n, &keep, &single)
+                                  : d->pass.start + d->pass.n;
         /* the decoder stopped before the window's end: another final pass
            decodes the rest (from the end of the last complete segment) */
         cont = stop > d->pass.start && stop + (uint64_t)(MIN_REST_S * SR) < w->end &&
@@ -822,9 +856,18 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
             cont = 0;
             d->st.repeats_dropped++;
         }
+        /* the rest after a single-timestamp end, where no attempt passed the
+           guardrails: the decoder filling silence (Whisper would not have
+           decoded this audio at all) */
+        if (d->pass.start > w->start && w->rest_after_end && m > 0 && (flags & SOTTO_PASS_ALL_FAILED)) {
+            m = 0;
+            cont = 0;
+            d->st.tails_dropped++;
+        }
         commit(d, clean, m, 1);
         if (cont) { /* the rest gets a final pass, with the text so far as context */
             w->from = stop;
+            w->rest_after_end = single;
             w->continuations++;
             d->st.continuations++;
             return SOTTO_OK;

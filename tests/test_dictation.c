@@ -382,6 +382,86 @@ int main(void) {
         events_clear(&ev);
     }
 
+    /* ---- invented tails: timestamps past the audio; a failed rest --------- */
+    for (int variant = 0; variant < 4; variant++) {
+        /* 0: the first final pass's last segment closes 1 s past its audio:
+         *    kept (Whisper closes short windows late)
+         * 1: its last segment opens 1 s past the audio: dropped
+         * 2: a rest after a single-timestamp end fails every attempt: dropped
+         * 3: the same rest passes the guardrails: kept */
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        p.step_ms = 10000;
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        CHECK(d != NULL);
+        sotto_dictation_set_timestamps(d, TS_BEGIN);
+        push(d, 1.0f, 0, &seed);
+        push(d, 6.0f, 1, &seed);
+        push(d, 1.6f, 0, &seed);
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && ps->timestamps);
+        if (!ps) break;
+        const int32_t ts_end = TS_BEGIN + (int32_t)(ps->n / 320); /* the audio's end */
+        sotto_dictation_stats st;
+        if (variant < 2) {
+            /* " hello world" in 0.00-2.00, then " again there" closing 1 s past
+               the audio (variant 0) or opening there too (variant 1) */
+            int32_t h[] = {TS_BEGIN, HELLO, WORLD, TS_BEGIN + 100,
+                           variant ? ts_end + 50 : TS_BEGIN + 100, AGAIN, THERE, ts_end + 50};
+            const uint64_t start = ps->start;
+            CHECK(sotto_dictation_complete_pass(d, ps->id, h, 8) == SOTTO_OK);
+            if (variant == 1) {
+                CHECK_EQ_INT(count(&ev, "final"), 0);
+                /* the audio after the last segment kept gets a pass of its own */
+                ps = sotto_dictation_take_pass(d);
+                CHECK(ps && ps->final && ps->start == start + 2 * SR);
+                if (ps) CHECK(sotto_dictation_complete_pass(d, ps->id, NULL, 0) == SOTTO_OK);
+            }
+            CHECK(sotto_dictation_take_pass(d) == NULL);
+            CHECK_EQ_INT(count(&ev, "final"), 1);
+            const char *want = variant ? " hello world" : " hello world again there";
+            CHECK_MSG(!strcmp(str(last(&ev, "final"), "text"), want), "variant %d: '%s'", variant,
+                      str(last(&ev, "final"), "text"));
+            sotto_dictation_get_stats(d, &st);
+            CHECK_EQ_INT(st.tails_dropped, variant);
+            /* a segment opening 0.3 s past the audio is within the slack: kept */
+            push(d, 5.0f, 1, &seed);
+            push(d, 1.6f, 0, &seed);
+            ps = sotto_dictation_take_pass(d);
+            CHECK(ps && ps->final);
+            if (ps) {
+                const int32_t e2 = TS_BEGIN + (int32_t)(ps->n / 320);
+                int32_t ok[] = {TS_BEGIN, AGAIN, e2 + 15, e2 + 15, THERE, e2 + 40};
+                CHECK(sotto_dictation_complete_pass(d, ps->id, ok, 6) == SOTTO_OK);
+            }
+            CHECK(!strcmp(str(last(&ev, "final"), "text"), " again there"));
+            sotto_dictation_get_stats(d, &st);
+            CHECK_EQ_INT(st.tails_dropped, variant);
+        } else {
+            /* " hello world" ends in a single timestamp at 2.00 s, well before
+               the window's end: the rest gets a pass */
+            int32_t h1[] = {TS_BEGIN, HELLO, WORLD, TS_BEGIN + 100};
+            CHECK(sotto_dictation_complete_pass(d, ps->id, h1, 4) == SOTTO_OK);
+            ps = sotto_dictation_take_pass(d);
+            CHECK(ps && ps->final && ps->n_prefix == 0);
+            if (!ps) break;
+            int32_t rest[] = {TS_BEGIN, AGAIN, THERE, TS_BEGIN + (int32_t)(ps->n / 320) - 10};
+            int flags = variant == 2 ? SOTTO_PASS_ALL_FAILED | SOTTO_PASS_RESET_CONTEXT
+                                     : SOTTO_PASS_RESET_CONTEXT;
+            CHECK(sotto_dictation_complete_pass_flags(d, ps->id, rest, 4, flags) == SOTTO_OK);
+            CHECK(sotto_dictation_take_pass(d) == NULL);
+            CHECK_EQ_INT(count(&ev, "final"), 1);
+            const char *want = variant == 2 ? " hello world" : " hello world again there";
+            CHECK_MSG(!strcmp(str(last(&ev, "final"), "text"), want), "variant %d: '%s'", variant,
+                      str(last(&ev, "final"), "text"));
+            sotto_dictation_get_stats(d, &st);
+            CHECK_EQ_INT(st.tails_dropped, variant == 2);
+            CHECK_EQ_INT(st.continuations, 1);
+        }
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
     /* ---- the forced prefix of a final pass with timestamps --------------- */
     {
         events ev = {0};
