@@ -97,6 +97,10 @@ int sotto_linear_rounds_x_to_bf16(const sotto_wmat *w, int n);
  * used in fp32. */
 int sotto_linear_quantizes_x_to_q8(const sotto_wmat *w, int n);
 
+/* 1 when q8 weights run on this CPU's int8 dot product (AVX512-VNNI, and
+ * SOTTO_Q8_GEMM not "0"): then q8 is the fastest variant here (docs/PERF.md). */
+int sotto_linear_q8_fast(void);
+
 /* An observer sees the input of every sotto_linear / sotto_linear_acc call
  * (x: [n][w->cols]) before it runs; calibration (include/calib.h) records
  * activation statistics with it. One process-wide observer, NULL to remove;

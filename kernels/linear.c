@@ -124,6 +124,8 @@ int sotto_linear_quantizes_x_to_q8(const sotto_wmat *w, int n) {
            sotto_gemm_q8_supported();
 }
 
+int sotto_linear_q8_fast(void) { return !use_reference() && sotto_gemm_q8_supported(); }
+
 /* Most rows of x the fused kernel takes for w's format. f32 has no decoding
  * to save and hands over to sgemm sooner; f16 holds f32's values and
  * changes regime at the same point, so that both give the same sums. */

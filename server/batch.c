@@ -348,7 +348,7 @@ static void queue_job(srv *s, srv_batch_req *r, char *const v[P_COUNT], int word
     if (!v[P_MODEL])
         return req_fail(r, 400, "invalid_request_error", NULL, "model",
                         "you must provide a model parameter (e.g. whisper-1)");
-    if (srv_compat_model(s, v[P_MODEL], model, sizeof model, &w, why, sizeof why))
+    if (srv_compat_model(s, v[P_MODEL], 0, model, sizeof model, &w, why, sizeof why))
         return req_fail(r, 404, "invalid_request_error", "model_not_found", "model", why);
     if (v[P_FORMAT] && parse_format(v[P_FORMAT], &fmt))
         return req_fail(r, 400, "invalid_request_error", "unsupported_value", "response_format",

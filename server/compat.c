@@ -27,11 +27,11 @@ static int have_model(srv *s, const char *name) {
     return 0;
 }
 
-int srv_compat_model(srv *s, const char *name, char *model, size_t model_sz, sotto_wfmt *weights,
-                     char *why, size_t why_sz) {
+int srv_compat_model(srv *s, const char *name, int live, char *model, size_t model_sz,
+                     sotto_wfmt *weights, char *why, size_t why_sz) {
     char buf[96];
     snprintf(buf, sizeof buf, "%s", name ? name : "");
-    *weights = s->opt.default_weights;
+    *weights = live ? s->opt.stream_weights : s->opt.default_weights;
     char *colon = strchr(buf, ':');
     if (colon) {
         *colon = '\0';

@@ -26,10 +26,11 @@ int srv_compat_authorized(srv *s, struct lws *wsi);
 
 /* Model names the compatibility APIs accept: "" / "whisper-1" / OpenAI's
  * transcription models / Deepgram's model names (the default model and
- * weights), "NAME", "NAME:WEIGHTS", "whisper-NAME[:WEIGHTS]". On success
- * sets *model ("" = the default) and *weights; -1 with why otherwise. */
-int srv_compat_model(srv *s, const char *name, char *model, size_t model_sz, sotto_wfmt *weights,
-                     char *why, size_t why_sz);
+ * weights: live sessions' --stream-weights when `live`, else uploads'
+ * --default-weights), "NAME", "NAME:WEIGHTS", "whisper-NAME[:WEIGHTS]". On
+ * success sets *model ("" = the default) and *weights; -1 with why otherwise. */
+int srv_compat_model(srv *s, const char *name, int live, char *model, size_t model_sz,
+                     sotto_wfmt *weights, char *why, size_t why_sz);
 
 /* {"error":{"message":..,"type":..,"param":..,"code":..}} (param/code may be NULL). */
 char *srv_openai_error_json(const char *type, const char *code, const char *param, const char *msg);

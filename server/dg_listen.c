@@ -171,7 +171,7 @@ void *srv_dg_open_query(srv_link *l, const char *query) {
     const char *why = srv_dg_parse_query(&d->q, query);
     char model[64], mwhy[200];
     sotto_wfmt w;
-    if (!why && srv_compat_model(srv_link_srv(l), d->q.model, model, sizeof model, &w, mwhy, sizeof mwhy)) why = mwhy;
+    if (!why && srv_compat_model(srv_link_srv(l), d->q.model, 1, model, sizeof model, &w, mwhy, sizeof mwhy)) why = mwhy;
     if (why) {
         d->bad = 1;
         send_error(l, "INVALID_QUERY_PARAMETER", why, 1);
@@ -195,7 +195,7 @@ static void dg_close(void *st) {
 static int start_session(srv_link *l, dg *d, int opus_channels) {
     char model[64], why[200];
     sotto_wfmt w;
-    if (srv_compat_model(srv_link_srv(l), d->q.model, model, sizeof model, &w, why, sizeof why)) return -1;
+    if (srv_compat_model(srv_link_srv(l), d->q.model, 1, model, sizeof model, &w, why, sizeof why)) return -1;
     cJSON *m = cJSON_CreateObject(), *vad = cJSON_CreateObject();
     if (!m || !vad) {
         cJSON_Delete(m), cJSON_Delete(vad);

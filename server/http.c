@@ -130,9 +130,10 @@ int srv_http_route(srv *s, struct lws *wsi, const char *uri) {
                 for (int k = 0; k < i; k++) seen |= !strcmp(s->models[k].name, s->models[i].name);
                 if (!seen) cJSON_AddItemToArray(models, cJSON_CreateString(s->models[i].name));
             }
-            cJSON_AddItemToArray(weights, cJSON_CreateString(sotto_wfmt_name(s->opt.default_weights)));
+            /* the live sessions' default first (a client's menu is for them) */
+            cJSON_AddItemToArray(weights, cJSON_CreateString(sotto_wfmt_name(s->opt.stream_weights)));
             for (int w = 0; w < SOTTO_WFMT_COUNT; w++)
-                if (s->opt.allowed[w] && w != (int)s->opt.default_weights)
+                if (s->opt.allowed[w] && w != (int)s->opt.stream_weights)
                     cJSON_AddItemToArray(weights, cJSON_CreateString(sotto_wfmt_name((sotto_wfmt)w)));
             cJSON_AddItemToObject(o, "models", models);
             cJSON_AddItemToObject(o, "weights", weights);

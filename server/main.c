@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "blas_env.h"
 #include "compat.h"
+#include "linear.h"
 #include "log.h"
 #include "server.h"
 #include "persist.h"
@@ -28,15 +29,18 @@ static void on_signal(int sig) {
 }
 
 /* One table entry per (model directory, allowed variant); entry 0 is the
- * first model in the default variant. */
+ * first model in the live sessions' default variant (loaded at start and
+ * kept), then the uploads' default. */
 static int build_models(srv *s) {
+    const sotto_wfmt first = s->opt.stream_weights, second = s->opt.default_weights;
     for (int d = 0; d < s->opt.n_models; d++) {
         const char *dir = s->opt.model_dirs[d];
         const char *base = strrchr(dir, '/');
         base = base && base[1] ? base + 1 : dir;
-        for (int k = -1; k < SOTTO_WFMT_COUNT; k++) {
-            sotto_wfmt w = k < 0 ? s->opt.default_weights : (sotto_wfmt)k;
-            if (k >= 0 && (w == s->opt.default_weights || !s->opt.allowed[w])) continue;
+        for (int k = -2; k < SOTTO_WFMT_COUNT; k++) {
+            sotto_wfmt w = k == -2 ? first : k == -1 ? second : (sotto_wfmt)k;
+            if (k == -1 && w == first) continue;
+            if (k >= 0 && (w == first || w == second || !s->opt.allowed[w])) continue;
             srv_model *sm = &s->models[s->n_models++];
             snprintf(sm->name, sizeof sm->name, "%s", base);
             sm->dir = dir;
@@ -50,6 +54,7 @@ static int build_models(srv *s) {
  * first model's own precision (sotto_checkpoint_weights: f16 for a float16
  * CTranslate2 model, the same transcripts as f32 at half the bytes). */
 static int resolve_default_weights(srv *s) {
+    s->opt.default_auto = s->opt.default_weights == SOTTO_WFMT_DEFAULT;
     if (s->opt.default_weights != SOTTO_WFMT_DEFAULT) return 0;
     if (s->opt.first_listed != SOTTO_WFMT_DEFAULT) {
         s->opt.default_weights = s->opt.first_listed;
@@ -63,6 +68,22 @@ static int resolve_default_weights(srv *s) {
     }
     s->opt.default_weights = w;
     return 0;
+}
+
+/* --stream-weights auto: q8 where it runs on the CPU's int8 dot product
+ * (the fastest variant there: final p95 0.02 s against 0.6 s for f16 at 8
+ * real-time streams on 2 cores, docs/PERF.md) unless the operator chose the
+ * variants, else the default weights. A usable GPU takes the default too. */
+static void resolve_stream_weights(srv *s) {
+    if (s->opt.stream_weights != SOTTO_WFMT_DEFAULT) return;
+    s->opt.stream_weights = s->opt.default_weights;
+    if (!s->opt.default_auto || s->opt.first_listed != SOTTO_WFMT_DEFAULT || !s->opt.allowed[SOTTO_WFMT_Q8] ||
+        !sotto_linear_q8_fast() || s->opt.device == SOTTO_DEVICE_CUDA)
+        return;
+    char desc[128], why[256];
+    if (s->opt.device == SOTTO_DEVICE_AUTO && sotto_device_cuda_usable(desc, sizeof desc, why, sizeof why))
+        return;
+    s->opt.stream_weights = SOTTO_WFMT_Q8;
 }
 
 /* The Silero VAD: an explicit --vad-model must load; the default file is
@@ -105,6 +126,7 @@ int main(int argc, char **argv) {
         srv_options_free(&s.opt);
         return 2;
     }
+    resolve_stream_weights(&s);
     pthread_mutex_init(&s.lock, NULL);
     pthread_cond_init(&s.work, NULL);
     pthread_cond_init(&s.model_cv, NULL);
@@ -162,7 +184,8 @@ int main(int argc, char **argv) {
         srv_gateway_destroy(&s);
         return 1;
     }
-    SOTTO_INFO("model %s, default weights %s, device %s, %d CPU threads", s.opt.model_dirs[0],
+    SOTTO_INFO("model %s, weights %s for live sessions and %s for uploads, device %s, %d CPU threads",
+               s.opt.model_dirs[0], sotto_wfmt_name(s.opt.stream_weights),
                sotto_wfmt_name(s.opt.default_weights), sotto_device_name(s.opt.device), sotto_threads_get());
     srv_gateway_loop(&s);
     int failed = !atomic_load(&s.ready);

@@ -26,6 +26,10 @@ static void usage(FILE *f) {
             "  --default-weights F    variant for sessions that do not choose (default auto: the\n"
             "                         first of --weights when given, else the checkpoint's own\n"
             "                         precision: f16 for a float16 CTranslate2 model)\n"
+            "  --stream-weights F     variant for live sessions that do not choose (default auto:\n"
+            "                         q8 on a CPU with the int8 dot product (AVX512-VNNI) when\n"
+            "                         neither --weights nor --default-weights is given and no GPU\n"
+            "                         is used, else the default weights); uploads keep those\n"
             "  --memory-budget-mb N   resident weights of all variants (default 0: no limit)\n"
             "  --max-sessions N       sessions started and connected at once (default 16)\n"
             "  --max-connections N    WebSocket connections at once, viewers included (default 1024)\n"
@@ -49,8 +53,8 @@ static void usage(FILE *f) {
             "                         the worker is behind: every session's step grows, up to\n"
             "                         4x, then new sessions get `overloaded` (default 1000)\n"
             "  --audio-ctx M          full | partials | all: which passes encode only the audio\n"
-            "                         they hold instead of a 30 s window (default partials:\n"
-            "                         final passes keep the whole window; docs/PERF.md)\n"
+            "                         they hold instead of a 30 s window (default all: final\n"
+            "                         passes too, with the padding and floor below; docs/PERF.md)\n"
             "  --audio-ctx-pad-ms MS  padding kept after the audio of a cut partial window, which\n"
             "                         is then rounded up to whole seconds (default 1000)\n"
             "  --final-ctx-pad-ms MS  with --audio-ctx all, the padding a final pass keeps after\n"
@@ -91,6 +95,7 @@ void srv_options_default(srv_options *o) {
     for (int i = 0; i < SOTTO_WFMT_COUNT; i++) o->allowed[i] = 1;
     o->default_weights = SOTTO_WFMT_DEFAULT; /* auto: resolved in main.c */
     o->first_listed = SOTTO_WFMT_DEFAULT;
+    o->stream_weights = SOTTO_WFMT_DEFAULT; /* auto: resolved in main.c */
     o->device = SOTTO_DEVICE_AUTO; /* a usable GPU when there is one (docs/gpu/) */
     o->max_sessions = 16;
     o->max_connections = 1024;
@@ -105,7 +110,7 @@ void srv_options_default(srv_options *o) {
     o->max_frame_bytes = 1 << 20;
     o->max_batch = 8;
     o->overload_wait_ms = 1000;
-    o->audio_ctx = SRV_AUDIO_CTX_PARTIALS;
+    o->audio_ctx = SRV_AUDIO_CTX_ALL;
     o->audio_ctx_pad_ms = 1000;
     o->final_ctx_pad_ms = 3000;
     o->final_ctx_min_ms = 10000;
@@ -244,6 +249,13 @@ static int set(srv_options *o, const char *key, const char *val) {
             fprintf(stderr, "sotto-server: unknown weight format '%s'\n", val);
             return -1;
         }
+    } else if (!strcmp(key, "stream-weights")) {
+        if (!strcmp(val, "auto")) {
+            o->stream_weights = SOTTO_WFMT_DEFAULT;
+        } else if (sotto_wfmt_parse(val, &o->stream_weights)) {
+            fprintf(stderr, "sotto-server: unknown weight format '%s'\n", val);
+            return -1;
+        }
     } else if (!strcmp(key, "device")) {
         if (sotto_device_parse(val, &o->device)) {
             fprintf(stderr, "sotto-server: unknown device '%s' (cpu, auto or cuda)\n", val);
@@ -347,7 +359,7 @@ static const char *const k_keys[] = {
     "audio-ctx-pad-ms", "audio-ctx", "final-ctx-pad-ms", "final-ctx-min-ms",
     "speculate-ms", "speculate-load-ms", "max-upload-mb",
     "max-upload-s", "batch-queue", "batch-threads", "host", "model", "weights",
-    "default-weights", "device", "web", "tls-cert", "tls-key", "api-key", "api-keys-file", "vad",
+    "default-weights", "stream-weights", "device", "web", "tls-cert", "tls-key", "api-key", "api-keys-file", "vad",
     "vad-model", "log-level", "redis", "instance", "config"};
 #define N_KEYS ((int)(sizeof k_keys / sizeof k_keys[0]))
 #define KEY_CODE 0x100 /* getopt_long returns KEY_CODE + index into k_keys */
@@ -421,6 +433,11 @@ int srv_options_parse(srv_options *o, int argc, char **argv) {
     if (o->default_weights != SOTTO_WFMT_DEFAULT && !o->allowed[o->default_weights]) {
         fprintf(stderr, "sotto-server: the default weights %s are not in --weights\n",
                 sotto_wfmt_name(o->default_weights));
+        return -1;
+    }
+    if (o->stream_weights != SOTTO_WFMT_DEFAULT && !o->allowed[o->stream_weights]) {
+        fprintf(stderr, "sotto-server: the stream weights %s are not in --weights\n",
+                sotto_wfmt_name(o->stream_weights));
         return -1;
     }
     if (!o->tls_cert[0] != !o->tls_key[0]) {

@@ -266,7 +266,7 @@ static void on_update(srv_link *l, rt *r, const cJSON *msg, int beta, const char
     }
     char model[64], mwhy[200];
     sotto_wfmt w;
-    if (!why && srv_compat_model(srv_link_srv(l), n.model, model, sizeof model, &w, mwhy, sizeof mwhy)) why = mwhy;
+    if (!why && srv_compat_model(srv_link_srv(l), n.model, 1, model, sizeof model, &w, mwhy, sizeof mwhy)) why = mwhy;
     if (!why && srv_link_started(l) &&
         (strcmp(n.model, r->model) || n.fmt != r->fmt || n.rate != r->rate || strcmp(n.language, r->language) ||
          n.vad != r->vad || n.threshold != r->threshold || n.prefix_ms != r->prefix_ms ||
@@ -288,7 +288,7 @@ static void on_update(srv_link *l, rt *r, const cJSON *msg, int beta, const char
 static int start_session(srv_link *l, rt *r, const char *eid) {
     char model[64], why[200];
     sotto_wfmt w;
-    if (srv_compat_model(srv_link_srv(l), r->model, model, sizeof model, &w, why, sizeof why)) {
+    if (srv_compat_model(srv_link_srv(l), r->model, 1, model, sizeof model, &w, why, sizeof why)) {
         send_error(l, r, "invalid_request_error", "model_not_found", why, "session.audio.input.transcription.model", eid);
         return -1;
     }

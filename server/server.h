@@ -52,6 +52,9 @@ typedef struct srv_options {
     int allowed[SOTTO_WFMT_COUNT]; /* weight variants sessions may pick */
     sotto_wfmt default_weights;   /* SOTTO_WFMT_DEFAULT (auto) until main resolves it */
     sotto_wfmt first_listed;      /* the first variant of --weights, SOTTO_WFMT_DEFAULT if none */
+    int default_auto;             /* default_weights was auto (main.c) */
+    sotto_wfmt stream_weights;    /* live sessions that do not choose; SOTTO_WFMT_DEFAULT (auto)
+                                     until main resolves it (uploads keep default_weights) */
     sotto_device device;      /* where models run (CPU, AUTO, CUDA) */
     double memory_budget_mb;  /* resident weights, all variants together */
     int max_sessions;         /* started sessions with a connection */

@@ -72,7 +72,7 @@ const char *srv_start_parse(const cJSON *msg, const srv_options *opt, const sott
     }
     const char *model = srv_jstr(msg, "model");
     const char *weights = srv_jstr(msg, "weights");
-    sotto_wfmt w = opt->default_weights;
+    sotto_wfmt w = opt->stream_weights;
     if (weights && sotto_wfmt_parse(weights, &w)) {
         snprintf(why, why_sz, "unknown weights '%.64s'", weights);
         return "bad_start";

@@ -36,6 +36,20 @@ def load_manifest(path, languages=None):
 _normalizer = None
 
 
+def cpu_q8_fast():
+    """True where sotto's q8 weights run on the CPU's int8 dot product (every
+    AVX-512 subset kernels/gemm_q8.c needs, as /proc/cpuinfo names them, and
+    SOTTO_Q8_GEMM not "0"): there the server's live sessions default to q8."""
+    if os.environ.get("SOTTO_Q8_GEMM", "") == "0" or os.environ.get("SOTTO_LINEAR_REF", "") not in ("", "0"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return all(x in flags for x in ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"))
+
+
 def normalize(text):
     """Whisper's English text normalizer (the whisper-normalizer package)."""
     global _normalizer

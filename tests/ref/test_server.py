@@ -47,7 +47,8 @@ would (tests/ref/server_client.py). Sections (--only / --skip take their names):
              (--language auto); task translate gives English; a session with an
              initial prompt is clean.
   metrics    /metrics has the documented series with sane values; /healthz 200; the
-             default weights are the checkpoint's own precision (f16 for tiny.en).
+             live sessions default to q8 on a CPU with the int8 dot product, else to the
+             default weights, the checkpoint's own precision (f16 for tiny.en).
   sigterm    SIGTERM during a session: it finishes (final + done), new sessions
              are refused, the process exits 0 within the drain bound.
   tls        a self-signed certificate (openssl): one clip over wss://.
@@ -930,12 +931,13 @@ def section_metrics(ctx, ck):
         want += [f'{h}_bucket{{le="+Inf"}}', f"{h}_sum", f"{h}_count"]
     missing = [w for w in want if w not in m]
     ck.ok(f"metrics: {len(want)} documented series present", not missing, f"missing {missing}")
-    # --default-weights auto: the checkpoint's own precision (tiny.en is a float16
-    # CTranslate2 model)
-    want_w = "f16"
+    # --stream-weights auto: q8 where the CPU has the int8 dot product, else
+    # --default-weights auto, the checkpoint's own precision (tiny.en is a float16
+    # CTranslate2 model); /v1/info lists the live sessions' default first
+    want_w = "q8" if rc.cpu_q8_fast() else "f16"
     st, info = sc.http_get(srv.http_url + "/v1/info")
     got_w = json.loads(info).get("weights", [None])[0] if st == 200 else None
-    ck.ok(f"metrics: the default weights are the checkpoint's own precision ({want_w})", got_w == want_w,
+    ck.ok(f"metrics: live sessions' default weights are {want_w} on this CPU", got_w == want_w,
           f"/v1/info's first weights {got_w!r}")
     wb = {k: v for k, v in m.items() if k.startswith("sotto_weights_bytes{")}
     ck.ok("metrics: sotto_weights_bytes{model,weights} of the default variant",
