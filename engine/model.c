@@ -694,6 +694,17 @@ int sotto_device_cuda_usable(char *desc, size_t desc_sz, char *why, size_t why_s
     return sotto_gpu_probe(desc, desc_sz, why, why_sz);
 }
 
+int sotto_device_is_gpu(sotto_device dev) {
+    if (dev == SOTTO_DEVICE_CUDA) return 1;
+    if (dev != SOTTO_DEVICE_AUTO) return 0;
+#ifdef SOTTO_CUDA_EMU
+    return 0; /* auto never picks the emulation (place_model) */
+#else
+    char desc[128], why[256];
+    return sotto_gpu_probe(desc, sizeof desc, why, sizeof why);
+#endif
+}
+
 int sotto_device_memory(size_t *used, size_t *total, sotto_err *err) {
     return sotto_gpu_mem_info(used, total, err);
 }

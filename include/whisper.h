@@ -69,6 +69,9 @@ int sotto_device_parse(const char *name, sotto_device *out); /* 0 or SOTTO_E_INV
 /* 1 if models can run on a GPU here (its description in desc); 0 and the
  * reason in why otherwise (no CUDA in this build, no driver, no device). */
 int sotto_device_cuda_usable(char *desc, size_t desc_sz, char *why, size_t why_sz);
+/* 1 if a model loaded for `dev` goes to the GPU (CUDA; AUTO with a usable
+ * GPU, never the tests' CPU emulation), as sotto_model_load decides it. */
+int sotto_device_is_gpu(sotto_device dev);
 /* GPU memory in use (all processes) and in total, bytes; SOTTO_E_UNSUPPORTED
  * without a usable GPU. */
 int sotto_device_memory(size_t *used, size_t *total, sotto_err *err);

@@ -241,6 +241,10 @@ int srv_checkpoint_restore(srv *s, srv_session *ss, const char *id, const char *
     if (!json) return 1;
     cJSON *d = cJSON_Parse(json);
     free(json);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "finished"))) { /* a tombstone (persist.h) */
+        cJSON_Delete(d);
+        return 1;
+    }
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(d, "token");
     const cJSON *owner = cJSON_GetObjectItemCaseSensitive(d, "owner");
     const cJSON *start = cJSON_GetObjectItemCaseSensitive(d, "start");

@@ -77,13 +77,9 @@ static int resolve_default_weights(srv *s) {
 static void resolve_stream_weights(srv *s) {
     if (s->opt.stream_weights != SOTTO_WFMT_DEFAULT) return;
     s->opt.stream_weights = s->opt.default_weights;
-    if (!s->opt.default_auto || s->opt.first_listed != SOTTO_WFMT_DEFAULT || !s->opt.allowed[SOTTO_WFMT_Q8] ||
-        !sotto_linear_q8_fast() || s->opt.device == SOTTO_DEVICE_CUDA)
-        return;
-    char desc[128], why[256];
-    if (s->opt.device == SOTTO_DEVICE_AUTO && sotto_device_cuda_usable(desc, sizeof desc, why, sizeof why))
-        return;
-    s->opt.stream_weights = SOTTO_WFMT_Q8;
+    if (s->opt.default_auto && s->opt.first_listed == SOTTO_WFMT_DEFAULT && s->opt.allowed[SOTTO_WFMT_Q8] &&
+        sotto_linear_q8_fast() && !sotto_device_is_gpu(s->opt.device))
+        s->opt.stream_weights = SOTTO_WFMT_Q8;
 }
 
 /* The Silero VAD: an explicit --vad-model must load; the default file is

@@ -25,14 +25,17 @@ typedef struct item {
     uint64_t epoch, tag;
 } item;
 
-/* SET (or DEL when ARGV[1] is empty) unless the stored document has a newer
- * epoch: a session restored elsewhere is not overwritten by the instance
- * that held it before. Returns 1 if written, 0 if refused. */
+/* SET (or, when ARGV[1] is empty, DEL at epoch 0 and a tombstone after a
+ * restore: srv_persist_del) unless the stored document has a newer epoch: a
+ * session restored elsewhere is not overwritten by the instance that held
+ * it before. Returns 1 if written, 0 if refused. */
 static const char k_put_script[] =
     "local c = redis.call('GET', KEYS[1]) "
     "if c then local ok, d = pcall(cjson.decode, c) "
     "  if ok and type(d) == 'table' and tonumber(d.epoch) and tonumber(d.epoch) > tonumber(ARGV[2]) then return 0 end end "
-    "if ARGV[1] == '' then redis.call('DEL', KEYS[1]) "
+    "if ARGV[1] == '' and tonumber(ARGV[2]) == 0 then redis.call('DEL', KEYS[1]) "
+    "elseif ARGV[1] == '' then redis.call('SET', KEYS[1], "
+    "  '{\"v\":1,\"epoch\":' .. ARGV[2] .. ',\"finished\":true}', 'EX', ARGV[3]) "
     "else redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3]) end "
     "return 1";
 

@@ -72,7 +72,12 @@ void srv_persist_free(srv_persist *p); /* accepts NULL; writes what is queued if
  * another instance increments it, so the instance that held it before
  * cannot overwrite it). */
 int srv_persist_put(srv_persist *p, const char *id, uint64_t epoch, uint64_t tag, const char *doc, size_t len);
-/* Queues the deletion of session id's checkpoint (same epoch rule). */
+/* Queues the deletion of session id's checkpoint (same epoch rule). A
+ * session restored here from another instance (epoch > 0) leaves a
+ * tombstone, {"v":1,"epoch":E,"finished":true}, for the checkpoint's TTL
+ * instead: the instance that held it before sees the newer epoch and lets
+ * go of its detached copy even when the session ended here within a second
+ * of its restore. A resume finds no session in a tombstone. */
 int srv_persist_del(srv_persist *p, const char *id, uint64_t epoch);
 /* The checkpoint of session id: malloc'd, NUL-terminated, or NULL with
  * *found 0 (none) or -1 (Redis unreachable: why says so). */

@@ -265,6 +265,7 @@ static void open_window(sotto_dictation *d, uint64_t start) {
     d->open.start = start;
     d->open.from = start;
     d->open.continuations = 0;
+    d->open.rest_after_end = 0;
     d->open.end = 0;
     d->st.utterances++;
     if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = start;
@@ -407,6 +408,7 @@ int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n) {
             d->open.start = cut;
             d->open.from = cut;
             d->open.continuations = 0;
+            d->open.rest_after_end = 0;
             d->open.end = 0;
             if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = cut;
         }
@@ -821,9 +823,6 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
         try_spec(d);
         return SOTTO_OK;
     }
-    int keep = n;
-    uint64_t stop = 0;
-    int cont = 0, single = 0;
     if (d->pass.final && d->pass.timestamps && n > 0) {
         int in = within_audio(d, tokens, n);
         if (in < n) {
@@ -831,7 +830,9 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
             d->st.tails_dropped++;
         }
     }
-    keep = n;
+    int keep = n;
+    uint64_t stop = 0;
+    int cont = 0, single = 0;
     if (d->pass.final) {
         const window *w = &d->closed[0];
         stop = d->pass.timestamps ? transcribed_until(d, tokens, n, &keep, &single)

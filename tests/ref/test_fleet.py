@@ -690,6 +690,7 @@ def section_resume(fl, ck, audios, clips):
         await sc.finish(ws3, rx3)
         out["r3"] = r3
         out["sid"] = sid
+        out["token"] = tok
         return out
 
     out = asyncio.run(main())
@@ -714,7 +715,26 @@ def section_resume(fl, ck, audios, clips):
           (stored.get("id") == out["sid"] and "start" in stored and "durable" in stored),
           f"{str(out['stored'])[:300]}")
     time.sleep(1.0)
-    ck.ok("resume: a finished session's checkpoint is deleted", fl.redis.get(f"sotto:session:{out['sid']}") is None)
+    # restored (epoch 1) and finished on i2: a tombstone with that epoch, so that i1 lets go
+    # of its copy even if the session ended before i1 looked (server/persist.h)
+    left = fl.redis.get(f"sotto:session:{out['sid']}")
+    tomb = json.loads(left) if left else {}
+    ck.ok("resume: a finished session's checkpoint is replaced by a tombstone with its epoch",
+          tomb.get("finished") is True and tomb.get("epoch") == 1 and "token" not in tomb, f"{left}")
+
+    async def resume_finished():
+        ws, r, rx = await sc.connect(fl.instances[2].ws_url)
+        await ws.send(json.dumps({"type": "resume", "session": out["sid"], "token": out["token"], "last_seq": 0}))
+        e = await sc.wait_for(r, lambda e: e.get("type") in ("resumed", "error"), 10)
+        with contextlib.suppress(Exception):
+            await ws.close()
+            await asyncio.wait_for(rx, 5)
+        return e or {}
+
+    e = asyncio.run(resume_finished())
+    ck.ok("resume: the finished session cannot be resumed from its tombstone (unknown_session, "
+          "not a malformed checkpoint)", e.get("code") == "unknown_session" and
+          not fl.instances[2].log_lines(out["sid"], "malformed"), f"{e}")
     # the instance that held it lets go of it once another has restored it, not at the end of
     # --resume-grace-s (30 s here)
     t0 = time.monotonic()
