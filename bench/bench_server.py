@@ -135,16 +135,53 @@ def loadavg():
         return "?"
 
 
-def joined_audio(rows, seconds, tmp, offset=0):
-    """s16 16 kHz PCM of clips (starting at rows[offset]) joined with 0.5 s of silence,
-    about `seconds` long."""
-    pcm = b""
+def joined_pcm(rows, seconds, offset=0):
+    """(s16 16 kHz PCM, reference text) of clips (starting at rows[offset]) joined with
+    0.5 s of silence, about `seconds` long."""
+    pcm, texts = b"", []
     i = offset
     while len(pcm) < seconds * 32000:
         data, rate, ch = sc.read_wav(rows[i % len(rows)]["file"])
         pcm += data + b"\0\0" * 8000
+        texts.append(rows[i % len(rows)]["text"])
         i += 1
-    return sc.Audio.pcm(pcm, 16000, 1, "pcm_s16le", 100)
+    return pcm, " ".join(texts)
+
+
+def joined_audio(rows, seconds, tmp, offset=0):
+    return sc.Audio.pcm(joined_pcm(rows, seconds, offset)[0], 16000, 1, "pcm_s16le", 100)
+
+
+def whisperlive_levels(args, rows):
+    """Part 3: the same streams to WhisperLive (bench/whisperlive_peer.py)."""
+    import whisperlive_peer as wl
+    print(f"\nPart 3: WhisperLive {wl_version(args.whisperlive_python)} (faster_whisper backend, "
+          f"int8 on the CPU, its VAD on), the same streams, {args.threads or os.cpu_count()} threads")
+    for n in range(max(1, args.min_streams), args.max_streams + 1):
+        pcms = [joined_pcm(rows, args.session_s, offset=i) for i in range(n)]
+        srv = wl.Server(args.whisperlive_python, args.model, sc.free_port(), n,
+                        args.threads or os.cpu_count(), "/tmp/sotto-bench-whisperlive.log").start()
+        try:
+            t0 = time.monotonic()
+            res = asyncio.run(wl.stream_many(srv.port, [p for p, _ in pcms]))
+            wall = time.monotonic() - t0
+        finally:
+            srv.stop()
+        lat = [x for r in res for x in r.latencies()]
+        settle = [r.settle() for r in res]
+        errs = [r.error for r in res if r.error]
+        wer = rc.corpus_wer([t for _, t in pcms], [r.transcript() for r in res])
+        print(f"  {n} stream(s): completed segment after its end {fmt(lat)}; settled after the "
+              f"last audio max {max(settle):.2f} s (per stream {', '.join(f'{x:.1f}' for x in settle)}); "
+              f"WER {wer:.2f}%; errors {errs[:2]}; wall {wall:.0f} s, load {loadavg()}", flush=True)
+
+
+def wl_version(python):
+    try:
+        return subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('whisper-live'))"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
 
 def main():
@@ -165,6 +202,9 @@ def main():
     ap.add_argument("--max-growth-s", type=float, default=1.0)
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-capacity", action="store_true")
+    ap.add_argument("--whisperlive-python", metavar="PY",
+                    help="part 3: the same levels of streams to WhisperLive's server run by this Python "
+                         "(bench/whisperlive_peer.py)")
     ap.add_argument("--server-arg", action="append", default=[],
                     help="extra server option (repeat), e.g. --server-arg=--max-batch=4")
     args = ap.parse_args()
@@ -236,8 +276,8 @@ def main():
                   f"each)")
             sustained = 0
             for n in range(max(1, args.min_streams), args.max_streams + 1):
-                audios = {f"s{i}": joined_audio(rows, args.session_s, None, offset=i)
-                          for i in range(n)}
+                refs = {f"s{i}": joined_pcm(rows, args.session_s, offset=i) for i in range(n)}
+                audios = {k: sc.Audio.pcm(p, 16000, 1, "pcm_s16le", 100) for k, (p, _) in refs.items()}
                 m0 = srv.metrics()
                 t0 = time.monotonic()
                 scales, polling = [], threading.Event()
@@ -305,7 +345,8 @@ def main():
                       f"overload step scale mean {statistics.mean(scales) if scales else float('nan'):.2f}"
                       f" max {max(scales) if scales else float('nan'):.2f} (sampled every 0.5 s); "
                       f"finals between partial windows {delta('sotto_finals_between_windows_total'):.0f}, "
-                      f"partials superseded {delta('sotto_partials_superseded_total'):.0f}")
+                      f"partials superseded {delta('sotto_partials_superseded_total'):.0f}; WER "
+                      f"{rc.corpus_wer([t for _, t in refs.values()], [res[k].transcript for k in refs]):.2f}%")
                 if ok:
                     sustained = n
                 else:
@@ -314,6 +355,8 @@ def main():
                   + (f" (levels from {args.min_streams} run)" if args.min_streams > 1 else ""))
     finally:
         srv.stop()
+    if args.whisperlive_python:
+        whisperlive_levels(args, rows)
 
 
 if __name__ == "__main__":
