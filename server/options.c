@@ -53,8 +53,8 @@ static void usage(FILE *f) {
             "                         the worker is behind: every session's step grows, up to\n"
             "                         4x, then new sessions get `overloaded` (default 1000)\n"
             "  --audio-ctx M          full | partials | all: which passes encode only the audio\n"
-            "                         they hold instead of a 30 s window (default all: final\n"
-            "                         passes too, with the padding and floor below; docs/PERF.md)\n"
+            "                         they hold instead of a 30 s window (default partials:\n"
+            "                         final passes keep the whole window; docs/PERF.md)\n"
             "  --audio-ctx-pad-ms MS  padding kept after the audio of a cut partial window, which\n"
             "                         is then rounded up to whole seconds (default 1000)\n"
             "  --final-ctx-pad-ms MS  with --audio-ctx all, the padding a final pass keeps after\n"
@@ -110,7 +110,7 @@ void srv_options_default(srv_options *o) {
     o->max_frame_bytes = 1 << 20;
     o->max_batch = 8;
     o->overload_wait_ms = 1000;
-    o->audio_ctx = SRV_AUDIO_CTX_ALL;
+    o->audio_ctx = SRV_AUDIO_CTX_PARTIALS;
     o->audio_ctx_pad_ms = 1000;
     o->final_ctx_pad_ms = 3000;
     o->final_ctx_min_ms = 10000;

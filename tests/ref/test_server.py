@@ -15,9 +15,9 @@ would (tests/ref/server_client.py). Sections (--only / --skip take their names):
              utterance of >= 3 s arrives before its last audio was sent (also after a
              pause mid-sentence, where the previous utterance leads the next); seq
              gapless; commits never revised; acks monotonic, last = sent.
-  finalwindow  the default server (--audio-ctx all), two clips at real-time pace, clean
-             and in babble at 5 dB: final windows cut to audio + 3 s (10 s floor), no
-             loop, no repeated phrase; an --audio-ctx partials server's are whole (30 s).
+  finalwindow  the default server's final windows are whole (30 s); an --audio-ctx all
+             server, two clips at real-time pace, clean and in babble at 5 dB: final
+             windows cut to audio + 3 s (10 s floor), no loop, no repeated phrase.
   weights    two concurrent sessions, f32 and nf4, over 8 clips each: WER of each
              within 3 pp of the offline CLI with the same --weights; then f16
              over 3 of them: half f32's bytes, the same finals.
@@ -309,28 +309,26 @@ def section_realtime(ctx, ck):
 
 
 def section_finalwindow(ctx, ck):
-    """The default (--audio-ctx all): final passes encode their audio plus
-    --final-ctx-pad-ms (3 s), at least --final-ctx-min-ms (10 s), rounded up to whole
-    seconds; a short utterance's final neither loops nor repeats its end.
-    --audio-ctx partials keeps final windows whole."""
-    finalwindow_clips(ctx, ck, ctx.main)
+    """--audio-ctx all: final passes encode their audio plus --final-ctx-pad-ms (3 s),
+    at least --final-ctx-min-ms (10 s), rounded up to whole seconds; a short utterance's
+    final neither loops nor repeats its end. The default server's finals are whole."""
+    m0 = ctx.main.metrics()
     r = ctx.by_id.get(FINAL_WINDOW_CLIPS[0])
-    if r is None:
-        return
-    srv = sc.Server(ctx.args.server, ctx.args.model, ["--audio-ctx", "partials"], threads=ctx.args.threads)
-    srv.start()
-    try:
+    if r is not None:
         a = sc.load_clip(r["file"], "s16_16k", ctx.tmp)
-        m0 = srv.metrics()
-        sc.stream(srv.ws_url, a)
-        m1 = srv.metrics()
+        sc.stream(ctx.main.ws_url, a)
+        m1 = ctx.main.metrics()
         nwin = m1.get("sotto_encoder_final_windows_total", 0) - m0.get("sotto_encoder_final_windows_total", 0)
         secs = m1.get("sotto_encoder_final_seconds_total", 0) - m0.get("sotto_encoder_final_seconds_total", 0)
-        ck.ok("finalwindow: with --audio-ctx partials the final windows are whole (30 s)",
+        ck.ok("finalwindow: the default server's final windows are whole (30 s)",
               nwin > 0 and abs(secs - 30.0 * nwin) < 1e-6, f"{secs:.1f} s over {nwin:.0f} windows")
+    srv = sc.Server(ctx.args.server, ctx.args.model, ["--audio-ctx", "all"], threads=ctx.args.threads)
+    srv.start()
+    try:
+        finalwindow_clips(ctx, ck, srv)
     finally:
         code = srv.stop()
-    ck.ok("finalwindow: the --audio-ctx partials server exits 0", code == 0, str(code))
+    ck.ok("finalwindow: the --audio-ctx all server exits 0", code == 0, str(code))
 
 
 def finalwindow_clips(ctx, ck, srv):
@@ -349,8 +347,7 @@ def finalwindow_clips(ctx, ck, srv):
 
 
 def finalwindow_check(ctx, ck, srv, cid, r, a, noisy=False):
-    """One session at real-time pace on the default server (--audio-ctx all): its final
-    windows and its text."""
+    """One --audio-ctx all session at real-time pace: its final windows and its text."""
     m0 = srv.metrics()
     res = sc.stream(srv.ws_url, a, realtime=True)
     m1 = srv.metrics()
