@@ -346,10 +346,11 @@ def overload_clips(ctx, n):
 
 
 # The overload section's own server: one thread, f32 sessions, whole final windows. With
-# the live defaults (q8 and final windows cut to their audio where the CPU has the int8
-# dot product) 2 cores sustained 16 sessions of these clips, the server's session limit
-# (done 0.17 s after the audio; f32 sessions with cut windows: 0.60 s), so the defaults
-# cannot be overloaded by sessions; this server shows what overload does.
+# q8 sessions and final windows cut to their audio (--audio-ctx all) 2 cores sustained 16
+# sessions of these clips, the server's session limit (done 0.17 s after the audio; f32
+# sessions with cut windows: 0.60 s), and q8 with whole windows, the live default where the
+# CPU has the int8 dot product, sustains 16 in bench_server: the shared server cannot be
+# overloaded by sessions; this one shows what overload does.
 OVERLOAD_ARGS = ["--stream-weights", "f32", "--audio-ctx", "partials", "--max-buffer-s", "600"]
 
 

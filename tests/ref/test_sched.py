@@ -301,8 +301,9 @@ def section_finals(ctx, ck):
     off = rc.run_sotto(a.sotto, a.model, list(wavs.values()), ["--beam", "1", "--temperature", "0"],
                        threads=1)
     # f16 sessions with whole final windows: the load this section was calibrated on (with
-    # the live default, q8 and cut final windows, 6 sessions leave 2 threads idle enough
-    # that finals seldom meet a partial batch: 1-4 events a run)
+    # q8 sessions, the live default where the CPU has the int8 dot product, and cut final
+    # windows, 6 sessions left 2 threads idle enough that finals seldom met a partial batch:
+    # 1-4 events a run)
     srv = sc.Server(a.server, a.model, ["--stream-weights", "f16", "--audio-ctx", "partials"],
                     threads=2).start()
 
