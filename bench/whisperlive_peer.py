@@ -83,7 +83,7 @@ class Result:
         self.error = None
 
     def segments(self):
-        """{(start text): last version} of every segment, in order of start."""
+        """The last version of every segment (by its start), in order of start."""
         seen = {}
         for _, m in self.msgs:
             for s in m.get("segments", []):

@@ -237,7 +237,7 @@ typedef struct sotto_dictation_stats {
     uint64_t passes, utterances;
     uint64_t continuations;   /* extra final passes for audio a final pass left out */
     uint64_t repeats_dropped; /* continuations dropped for only repeating committed words */
-    uint64_t tails_dropped;   /* final text dropped as invented: timestamps past the audio, or a
+    uint64_t tails_dropped;   /* final text dropped as invented: a segment opening past the audio, or a
                                  failed pass over the rest after a single-timestamp end */
     uint64_t passes_rejected; /* partial passes that failed the guardrails */
     uint64_t loops_cut;       /* commits cut short by the repetition detector */

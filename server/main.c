@@ -32,15 +32,19 @@ static void on_signal(int sig) {
  * first model in the live sessions' default variant (loaded at start and
  * kept), then the uploads' default. */
 static int build_models(srv *s) {
-    const sotto_wfmt first = s->opt.stream_weights, second = s->opt.default_weights;
+    const sotto_wfmt live = s->opt.stream_weights, upload = s->opt.default_weights;
+    sotto_wfmt order[SOTTO_WFMT_COUNT];
+    int n = 0;
+    order[n++] = live;
+    if (upload != live) order[n++] = upload;
+    for (int k = 0; k < SOTTO_WFMT_COUNT; k++)
+        if (s->opt.allowed[k] && k != (int)live && k != (int)upload) order[n++] = (sotto_wfmt)k;
     for (int d = 0; d < s->opt.n_models; d++) {
         const char *dir = s->opt.model_dirs[d];
         const char *base = strrchr(dir, '/');
         base = base && base[1] ? base + 1 : dir;
-        for (int k = -2; k < SOTTO_WFMT_COUNT; k++) {
-            sotto_wfmt w = k == -2 ? first : k == -1 ? second : (sotto_wfmt)k;
-            if (k == -1 && w == first) continue;
-            if (k >= 0 && (w == first || w == second || !s->opt.allowed[w])) continue;
+        for (int i = 0; i < n; i++) {
+            const sotto_wfmt w = order[i];
             srv_model *sm = &s->models[s->n_models++];
             snprintf(sm->name, sizeof sm->name, "%s", base);
             sm->dir = dir;
@@ -54,7 +58,6 @@ static int build_models(srv *s) {
  * first model's own precision (sotto_checkpoint_weights: f16 for a float16
  * CTranslate2 model, the same transcripts as f32 at half the bytes). */
 static int resolve_default_weights(srv *s) {
-    s->opt.default_auto = s->opt.default_weights == SOTTO_WFMT_DEFAULT;
     if (s->opt.default_weights != SOTTO_WFMT_DEFAULT) return 0;
     if (s->opt.first_listed != SOTTO_WFMT_DEFAULT) {
         s->opt.default_weights = s->opt.first_listed;
@@ -71,13 +74,14 @@ static int resolve_default_weights(srv *s) {
 }
 
 /* --stream-weights auto: q8 where it runs on the CPU's int8 dot product
- * (the fastest variant there: final p95 0.02 s against 0.6 s for f16 at 8
+ * (the fastest variant there: final p95 0.15 s against 0.6 s for f16 at 8
  * real-time streams on 2 cores, docs/PERF.md) unless the operator chose the
- * variants, else the default weights. A usable GPU takes the default too. */
-static void resolve_stream_weights(srv *s) {
+ * variants (--weights, or --default-weights: default_chosen), else the
+ * default weights. A usable GPU takes the default too. */
+static void resolve_stream_weights(srv *s, int default_chosen) {
     if (s->opt.stream_weights != SOTTO_WFMT_DEFAULT) return;
     s->opt.stream_weights = s->opt.default_weights;
-    if (s->opt.default_auto && s->opt.first_listed == SOTTO_WFMT_DEFAULT && s->opt.allowed[SOTTO_WFMT_Q8] &&
+    if (!default_chosen && s->opt.first_listed == SOTTO_WFMT_DEFAULT && s->opt.allowed[SOTTO_WFMT_Q8] &&
         sotto_linear_q8_fast() && !sotto_device_is_gpu(s->opt.device))
         s->opt.stream_weights = SOTTO_WFMT_Q8;
 }
@@ -118,11 +122,12 @@ int main(int argc, char **argv) {
         return rc > 0 ? 0 : 2;
     }
     sotto_log_set_level((sotto_log_level)s.opt.log_level);
+    const int default_chosen = s.opt.default_weights != SOTTO_WFMT_DEFAULT;
     if (resolve_default_weights(&s) || load_vad(&s)) {
         srv_options_free(&s.opt);
         return 2;
     }
-    resolve_stream_weights(&s);
+    resolve_stream_weights(&s, default_chosen);
     pthread_mutex_init(&s.lock, NULL);
     pthread_cond_init(&s.work, NULL);
     pthread_cond_init(&s.model_cv, NULL);

@@ -166,7 +166,8 @@ char *srv_metrics_render(srv *s, size_t *len) {
     counter(&o, "sotto_speculative_finals_total", "... whose result became the final as the utterance ended",
             atomic_load(&m->spec_used));
     counter(&o, "sotto_final_tails_dropped_total",
-            "finals cut before a timestamp past the end of their audio (text the audio cannot hold)",
+            "final text dropped as invented: a segment opening past its pass's audio, or a failed pass "
+            "over the rest after a single-timestamp end",
             atomic_load(&m->tails_dropped));
     counter(&o, "sotto_bad_messages_total", "client messages answered with an error",
             atomic_load(&m->bad_messages));

@@ -174,6 +174,19 @@ static int beside_exe(const char *rel, char *out, size_t outsz) {
     return stat(out, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* A weight format or "auto" (SOTTO_WFMT_DEFAULT, resolved in main.c). */
+static int weights_or_auto(const char *val, sotto_wfmt *out) {
+    if (!strcmp(val, "auto")) {
+        *out = SOTTO_WFMT_DEFAULT;
+        return 0;
+    }
+    if (sotto_wfmt_parse(val, out)) {
+        fprintf(stderr, "sotto-server: unknown weight format '%s'\n", val);
+        return -1;
+    }
+    return 0;
+}
+
 static int set(srv_options *o, const char *key, const char *val) {
     char *end = NULL;
     double d = val ? strtod(val, &end) : 0;
@@ -243,19 +256,9 @@ static int set(srv_options *o, const char *key, const char *val) {
         memcpy(o->allowed, allowed, sizeof allowed);
         o->first_listed = first;
     } else if (!strcmp(key, "default-weights")) {
-        if (!strcmp(val, "auto")) {
-            o->default_weights = SOTTO_WFMT_DEFAULT;
-        } else if (sotto_wfmt_parse(val, &o->default_weights)) {
-            fprintf(stderr, "sotto-server: unknown weight format '%s'\n", val);
-            return -1;
-        }
+        return weights_or_auto(val, &o->default_weights);
     } else if (!strcmp(key, "stream-weights")) {
-        if (!strcmp(val, "auto")) {
-            o->stream_weights = SOTTO_WFMT_DEFAULT;
-        } else if (sotto_wfmt_parse(val, &o->stream_weights)) {
-            fprintf(stderr, "sotto-server: unknown weight format '%s'\n", val);
-            return -1;
-        }
+        return weights_or_auto(val, &o->stream_weights);
     } else if (!strcmp(key, "device")) {
         if (sotto_device_parse(val, &o->device)) {
             fprintf(stderr, "sotto-server: unknown device '%s' (cpu, auto or cuda)\n", val);

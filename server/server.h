@@ -52,7 +52,6 @@ typedef struct srv_options {
     int allowed[SOTTO_WFMT_COUNT]; /* weight variants sessions may pick */
     sotto_wfmt default_weights;   /* SOTTO_WFMT_DEFAULT (auto) until main resolves it */
     sotto_wfmt first_listed;      /* the first variant of --weights, SOTTO_WFMT_DEFAULT if none */
-    int default_auto;             /* default_weights was auto (main.c) */
     sotto_wfmt stream_weights;    /* live sessions that do not choose; SOTTO_WFMT_DEFAULT (auto)
                                      until main resolves it (uploads keep default_weights) */
     sotto_device device;      /* where models run (CPU, AUTO, CUDA) */
@@ -133,7 +132,7 @@ typedef struct srv_metrics {
     _Atomic uint64_t sessions_let_go;   /* detached here, restored elsewhere, dropped before their grace ran out */
     _Atomic uint64_t audio_in_samples, audio_final_samples, audio_dropped_samples;
     _Atomic uint64_t spec_passes, spec_used; /* speculative final passes run / that became finals */
-    _Atomic uint64_t tails_dropped;          /* finals cut before a timestamp past their audio */
+    _Atomic uint64_t tails_dropped;          /* final text dropped as invented (dictation.h) */
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
     _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
     /* finals run between the windows of a partial batch (worker.c), and partial

@@ -130,6 +130,23 @@ static void push(sotto_dictation *d, float seconds, int loud, unsigned *seed) {
     free(x);
 }
 
+/* A dictation with final passes only (a step too long for partials) and
+ * timestamps, after 1 s of quiet, 6 s of speech and 1.6 s of quiet: its one
+ * utterance has ended and its final pass is due. */
+static sotto_dictation *one_final_due(const sotto_tokenizer *tok, events *ev, unsigned *seed) {
+    sotto_err err;
+    sotto_dictation_params p = sotto_dictation_default_params();
+    p.step_ms = 10000;
+    sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, ev, &err);
+    CHECK(d != NULL);
+    if (!d) return NULL;
+    sotto_dictation_set_timestamps(d, TS_BEGIN);
+    push(d, 1.0f, 0, seed);
+    push(d, 6.0f, 1, seed);
+    push(d, 1.6f, 0, seed);
+    return d;
+}
+
 /* 1.5 s of speech (its partial pass gives hyp), then 0.5 s of quiet: returns
  * the speculative final pass that is due then. */
 static const sotto_pass *speak_then_pause(sotto_dictation *d, const int32_t *hyp, int n, unsigned *seed) {
@@ -289,14 +306,7 @@ int main(void) {
     /* ---- final passes with timestamps: continuation over the rest -------- */
     {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
-        p.step_ms = 10000; /* no partial passes: only finals */
-        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
-        CHECK(d != NULL);
-        sotto_dictation_set_timestamps(d, TS_BEGIN);
-        push(d, 1.0f, 0, &seed);
-        push(d, 6.0f, 1, &seed);
-        push(d, 1.6f, 0, &seed);
+        sotto_dictation *d = one_final_due(tok, &ev, &seed);
         CHECK_EQ_INT(count(&ev, "speech_end"), 1);
         const sotto_pass *ps = sotto_dictation_take_pass(d);
         CHECK(ps && ps->final && ps->timestamps && ps->n_prefix == 0);
@@ -357,13 +367,7 @@ int main(void) {
     /* ---- a continuation that only repeats committed words is dropped ----- */
     {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
-        p.step_ms = 10000;
-        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
-        sotto_dictation_set_timestamps(d, TS_BEGIN);
-        push(d, 1.0f, 0, &seed);
-        push(d, 6.0f, 1, &seed);
-        push(d, 1.6f, 0, &seed);
+        sotto_dictation *d = one_final_due(tok, &ev, &seed);
         const sotto_pass *ps = sotto_dictation_take_pass(d);
         int32_t h1[] = {TS_BEGIN, HELLO, WORLD, AGAIN, TS_BEGIN + 100, TS_BEGIN + 100};
         CHECK(ps && sotto_dictation_complete_pass(d, ps->id, h1, 6) == SOTTO_OK);
@@ -390,14 +394,7 @@ int main(void) {
          * 2: a rest after a single-timestamp end fails every attempt: dropped
          * 3: the same rest passes the guardrails: kept */
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
-        p.step_ms = 10000;
-        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
-        CHECK(d != NULL);
-        sotto_dictation_set_timestamps(d, TS_BEGIN);
-        push(d, 1.0f, 0, &seed);
-        push(d, 6.0f, 1, &seed);
-        push(d, 1.6f, 0, &seed);
+        sotto_dictation *d = one_final_due(tok, &ev, &seed);
         const sotto_pass *ps = sotto_dictation_take_pass(d);
         CHECK(ps && ps->final && ps->timestamps);
         if (!ps) break;
