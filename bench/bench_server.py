@@ -148,10 +148,6 @@ def joined_pcm(rows, seconds, offset=0):
     return pcm, " ".join(texts)
 
 
-def joined_audio(rows, seconds, tmp, offset=0):
-    return sc.Audio.pcm(joined_pcm(rows, seconds, offset)[0], 16000, 1, "pcm_s16le", 100)
-
-
 def whisperlive_levels(args, rows):
     """Part 3: the same streams to WhisperLive (bench/whisperlive_peer.py)."""
     import whisperlive_peer as wl

@@ -392,9 +392,8 @@ def overload_levels(ctx, ck):
     cap = a.capacity
     if cap <= 0:
         # bisection between 0 (sustained) and --max-capacity + 1 (assumed not): a level
-        # that holds also holds with fewer sessions. The live default (q8 where the CPU
-        # has the int8 dot product) sustains 10 or more on 2 cores, f16 without it 3-4:
-        # 4 probes either way instead of one per level
+        # that holds also holds with fewer sessions. This server sustained 7-8 sessions on
+        # the 2-core dev VM (one thread, f32): 3-4 probes instead of one per level
         lo, hi = 0, a.max_capacity + 1
         while hi - lo > 1:
             n = (lo + hi) // 2
