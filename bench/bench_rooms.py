@@ -6,7 +6,8 @@ Streams (tests/ref/rooms.py, fixed seeds): --clips (15) English dev clips of 2-1
 joined with 1-4 s of silence; that stream clean and with white, pink and babble noise
 at 20, 10, 5 and 0 dB SNR (speech-active power over noise power); and the non-speech
 pieces (digital silence, low noise, hum, clicks, music, room tone). Each is streamed
-through one sotto-server at --speed times real time (100 ms PCM messages), once per
+through one sotto-server at --speed times real time (100 ms PCM messages), --parallel
+sessions at a time (default 1), once per
 --vad-kinds entry (the session start field `vad.kind`, left out for the server's
 default kind), and transcribed by faster-whisper (WhisperModel(--model, device cpu,
 compute_type float32, cpu_threads --fw-threads), transcribe(language="en") with its
@@ -26,8 +27,8 @@ Tables:
             silence, 1000 ms by default, plus its pre-roll bridges shorter gaps by design).
             sotto's segments: speech_start.start .. speech_end.end of the streamed events
             (an utterance closed by the window limit or by `stop` ends at its final's
-            end; segments that touch are merged). Silero (onnx): the silero-vad
-            package's silero_vad.onnx run here with onnxruntime, 512-sample windows with
+            end; segments that touch are merged). Silero (onnx): silero_vad.onnx
+            (models/silero_vad/, else the silero-vad package's) run here with onnxruntime, 512-sample windows with
             64 samples of context, speech from probability >= 0.5 until it stays under
             0.35 for 1000 ms (min silence), segments under 250 ms dropped, 200 ms of pad
             each side (overlaps merged). Left out, with a note, if onnxruntime or the
@@ -37,6 +38,7 @@ Tables:
   python3 bench/bench_rooms.py --quick          # 2 conditions, 4 clips: a smoke run
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -142,6 +144,10 @@ class SileroOnnx:
             import onnxruntime  # noqa: F401
         except ImportError:
             return None, "onnxruntime is not installed"
+        # the ONNX file scripts/fetch_silero.sh converted sotto's weights from
+        local = os.path.join(rc.REPO, "models", "silero_vad", "silero_vad.onnx")
+        if os.path.exists(local):
+            return local, ""
         try:
             import importlib.util
             spec = importlib.util.find_spec("silero_vad")
@@ -207,6 +213,8 @@ def main():
     ap.add_argument("--vad-kinds", default="energy,silero",
                     help="session vad.kind values to stream with (comma-separated)")
     ap.add_argument("--server-args", default="", help="extra sotto-server options (one string)")
+    ap.add_argument("--start-json", default="{}",
+                    help='extra session start fields, a JSON object (e.g. \'{"step_ms": 2000}\')')
     ap.add_argument("--clips", type=int, default=None, help="clips per stream (default 15; quick 4)")
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--conditions", default=None,
@@ -215,6 +223,8 @@ def main():
     ap.add_argument("--nonspeech", default=None,
                     help="comma-separated NAME[:SECONDS] of " + ",".join(rooms.NONSPEECH))
     ap.add_argument("--speed", type=float, default=1.0, help="streaming pace, x real time")
+    ap.add_argument("--parallel", type=int, default=1,
+                    help="streams at once (each still at --speed; the server must sustain them)")
     ap.add_argument("--bridge-gap-s", type=float, default=1.0)
     ap.add_argument("--no-fw", action="store_true", help="leave out faster-whisper")
     ap.add_argument("--quick", action="store_true",
@@ -270,12 +280,13 @@ def main():
     print(f"  machine: {cpu_model()}, {os.cpu_count()} logical CPUs; server threads "
           f"{args.threads or 'all'}, faster-whisper cpu_threads {args.fw_threads}")
     print(f"  server: {args.server} (commit {commit}, working tree may differ), model "
-          f"{args.model}, extra options {args.server_args or 'none'}")
+          f"{args.model}, extra options {args.server_args or 'none'}, extra start fields "
+          f"{args.start_json}")
     print(f"  speech stream: {nclips} clips (seed {args.seed}), {base.seconds:.1f} s with 1-4 s "
           f"gaps ({sum(e - s for s, e in base.segments):.1f} s of clip speech spans); "
           f"conditions {conds}")
     print(f"  non-speech: " + ", ".join(f"{n} {p.seconds:.0f} s" for n, p in pieces.items()))
-    print(f"  streamed at {args.speed:g}x real time; sotto VAD kinds {kinds}; WAVs in {tmp}")
+    print(f"  streamed at {args.speed:g}x real time, {args.parallel} at a time; sotto VAD kinds {kinds}; WAVs in {tmp}")
     print(f"  Silero (onnx): {silero_path or 'left out: ' + silero_note}")
     total_audio = sum(s.seconds for s in streams.values()) + sum(p.seconds for p in pieces.values())
     print(f"  audio per pass: {total_audio:.0f} s", flush=True)
@@ -293,17 +304,23 @@ def main():
         default_kind = ((probe.ready or {}).get("vad") or {}).get("kind", "energy")
         print(f"  server's default VAD kind: {default_kind}; ready.vad "
               f"{(probe.ready or {}).get('vad')}", flush=True)
+        items = list(streams.items()) + [(f"ns:{n}", p) for n, p in pieces.items()]
         for kind in kinds:
-            start = {} if kind == default_kind else {"vad": {"kind": kind}}
-            for name, st in list(streams.items()) + [(f"ns:{n}", p) for n, p in pieces.items()]:
-                t1 = time.monotonic()
-                r = sc.stream(srv.ws_url, sc.Audio.pcm(st.pcm16()), realtime=True,
-                              speed=args.speed, start=start, timeout=st.seconds / args.speed + 600)
+            start = dict(json.loads(args.start_json))
+            if kind != default_kind:
+                start["vad"] = {**start.get("vad", {}), "kind": kind}
+            t1 = time.monotonic()
+            out = sc.run(sc.stream_many(
+                srv.ws_url, {name: sc.Audio.pcm(st.pcm16()) for name, st in items},
+                concurrency=args.parallel, realtime=True, speed=args.speed, start=start,
+                timeout=max(st.seconds for _, st in items) / args.speed + 600))
+            for name, st in items:
+                r = out[name]
                 got = ((r.ready or {}).get("vad") or {}).get("kind", default_kind)
                 res[(kind, name)] = r
                 errs = [f"{e.get('code')}: {e.get('message')}" for e in r.errors]
-                print(f"  sotto {kind:7s} {name:12s} {st.seconds:6.1f} s in "
-                      f"{time.monotonic() - t1:6.1f} s, {len(r.finals())} finals"
+                print(f"  sotto {kind:7s} {name:12s} {st.seconds:6.1f} s, "
+                      f"{len(r.finals())} finals"
                       + (f" (ready says vad kind {got}!)" if got != kind else "")
                       + (f", errors {errs}" if errs else "")
                       + (f", dropped {r.done.get('dropped_seconds')} s"
@@ -311,7 +328,9 @@ def main():
                 if args.verbose:
                     for u, f in sorted(r.finals().items()):
                         print(f"      [{f.get('start', 0):7.2f}-{f.get('end', 0):7.2f}] "
-                              f"{f.get('text', '').strip()[:140]!r}")
+                              f"{f.get('text', '').strip()!r}")
+            print(f"  sotto {kind}: {len(items)} streams, {args.parallel} at a time, in "
+                  f"{time.monotonic() - t1:.0f} s", flush=True)
     finally:
         srv.stop()
     print(f"  streaming: {time.monotonic() - t0:.0f} s", flush=True)
