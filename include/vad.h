@@ -24,7 +24,9 @@
  *                     (hysteresis, as silero's get_speech_timestamps).
  *                     frame_ms and threshold_db are ignored.
  * The endpointer is the same for both; for SILERO, SPEECH_START needs
- * ceil(min_speech_ms / 32 ms) speech chunks in a row (at least 1).
+ * ceil(min_speech_ms / 32 ms) speech chunks in a row (at least 1). Before
+ * it, the speaker-level gate (start_gate_db, end_gate_db) may turn a speech
+ * frame into non-speech.
  *
  * One sotto_vad per session; not thread-safe. ENERGY: a few microseconds
  * per frame; SILERO: ~0.05 ms per 32 ms chunk on one core. No allocation
@@ -56,6 +58,18 @@ typedef struct sotto_vad_params {
     float speech_threshold; /* speech when the probability is >= this (default 0.5) */
     float neg_threshold;    /* ... and, inside speech, while >= this (default 0.35) */
     const sotto_silero_model *silero; /* borrowed; must outlive the sotto_vad (default NULL) */
+    /* The speaker's level (both kinds): the 90th percentile of the power
+       (dBFS) of the frames taken as speech over the last 20 s. A speech frame
+       more than start_gate_db below it cannot start an utterance (talkers in
+       the background, a television across the room: the detector calls them
+       speech, but they are not the person dictating). Inside an utterance, a
+       speech frame more than end_gate_db below it counts as non-speech, so a
+       pause of the speaker over babble ends the utterance after silence_ms.
+       Neither applies until 0.5 s of speech is in the window (the first words,
+       or after 20 s without speech). 0 turns either off; 0..60 dB.
+       (defaults 15 and 0: docs/PERF.md "Speaker level gate") */
+    float start_gate_db;
+    float end_gate_db;
 } sotto_vad_params;
 
 typedef enum sotto_vad_event_type {
@@ -72,7 +86,8 @@ sotto_vad_params sotto_vad_default_params(void);
 
 /* Checks ranges (0 <= *_ms <= 10000; kind ENERGY or SILERO; for ENERGY:
  * frame_ms in {10,20,30}, threshold_db 0..40 dB; for SILERO: silero not
- * NULL, 0 < speech_threshold <= 1, 0 <= neg_threshold <= speech_threshold);
+ * NULL, 0 < speech_threshold <= 1, 0 <= neg_threshold <= speech_threshold;
+ * both: start_gate_db and end_gate_db in 0..60);
  * SOTTO_E_INVALID naming the field. */
 int sotto_vad_params_check(const sotto_vad_params *p, sotto_err *err);
 

@@ -42,6 +42,12 @@ static int parse_vad(sotto_vad_params *vp, const cJSON *v, int have_silero, char
         vp->speech_threshold = (float)x;
         vp->neg_threshold = x > 0.15 ? (float)x - 0.15f : 0.0f;
     }
+    r = jnum(v, "start_gate_db", 0, 60, &x);
+    if (r < 0) return snprintf(why, whysz, "vad.start_gate_db must be a number in 0..60 (0: off)"), -1;
+    if (r) vp->start_gate_db = (float)x;
+    r = jnum(v, "end_gate_db", 0, 60, &x);
+    if (r < 0) return snprintf(why, whysz, "vad.end_gate_db must be a number in 0..60 (0: off)"), -1;
+    if (r) vp->end_gate_db = (float)x;
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(v, "kind");
     if (k) {
         if (!cJSON_IsString(k) || (strcmp(k->valuestring, "silero") && strcmp(k->valuestring, "energy")))

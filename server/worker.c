@@ -136,6 +136,8 @@ static void init_session(srv *s, srv_session *ss) {
         cJSON_AddNumberToObject(v, "silence_ms", ss->dp.vad.silence_ms);
         cJSON_AddNumberToObject(v, "preroll_ms", ss->dp.vad.preroll_ms);
         cJSON_AddNumberToObject(v, "min_speech_ms", ss->dp.vad.min_speech_ms);
+        cJSON_AddNumberToObject(v, "start_gate_db", ss->dp.vad.start_gate_db);
+        cJSON_AddNumberToObject(v, "end_gate_db", ss->dp.vad.end_gate_db);
         srv_session_emit_locked(s, ss, e);
     }
     if (ss->n_pending) srv_session_push_locked(s, ss, ss->pending, ss->n_pending);

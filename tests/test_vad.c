@@ -618,6 +618,68 @@ static void test_jfk(void) {
     sotto_audio_free(&a);
 }
 
+/* The speaker-level gate: speech 25 dB under the speaker's level neither
+ * starts an utterance (start_gate_db) nor holds one open (end_gate_db);
+ * 10 dB under it does; 20 s after the speaker's last speech the gate lets
+ * go (the level window is empty). Energy frames, so no model is needed. */
+static int utterances_of(const sotto_vad_params *p, const float *x, size_t n, events_t *e) {
+    sotto_vad *v = sotto_vad_create(p, NULL);
+    if (!v) return -1;
+    run(v, x, n, 0, 8, 1, e);
+    sotto_vad_free(v);
+    return well_formed(e) ? e->n / 2 : -1;
+}
+
+static void test_level_gate(void) {
+    const double loud = 0.1, quiet25 = loud / pow(10.0, 25.0 / 20.0), quiet10 = loud / pow(10.0, 10.0 / 20.0);
+    sotto_vad_params p = sotto_vad_default_params();
+    p.silence_ms = 1000;
+    CHECK(p.start_gate_db == 15.0f && p.end_gate_db == 0.0f);
+    /* 1: loud 1-4 s, a pause, then a second talker: 25 dB under (6-8 s) */
+    size_t n = 10 * SR;
+    float *x = calloc(30 * SR, sizeof *x);
+    add_speechlike(x, 1 * SR, 3.0, loud);
+    add_speechlike(x, 6 * SR, 2.0, quiet25);
+    add_noise(x, n, 1e-4, 0, 91);
+    CHECK_MSG(utterances_of(&p, x, n, &E) == 1, "25 dB under, gate 15: %d events", E.n);
+    sotto_vad_params off = p;
+    off.start_gate_db = 0.0f;
+    CHECK_MSG(utterances_of(&off, x, n, &E) == 2, "25 dB under, no gate: %d events", E.n);
+    /* 10 dB under: the same speaker, farther from the microphone */
+    memset(x, 0, sizeof(float) * n);
+    add_speechlike(x, 1 * SR, 3.0, loud);
+    add_speechlike(x, 6 * SR, 2.0, quiet10);
+    add_noise(x, n, 1e-4, 0, 92);
+    CHECK_MSG(utterances_of(&p, x, n, &E) == 2, "10 dB under, gate 15: %d events", E.n);
+    /* 2: loud 1-4 s and, without a pause, 25 dB under until 7 s */
+    memset(x, 0, sizeof(float) * n);
+    add_speechlike(x, 1 * SR, 3.0, loud);
+    add_speechlike(x, 4 * SR, 3.0, quiet25);
+    add_noise(x, n, 1e-4, 0, 93);
+    CHECK_MSG(utterances_of(&p, x, n, &E) == 1 && (double)E.ev[1].sample / SR > 6.9,
+              "held open: %d events, end %.2f s", E.n, E.n > 1 ? (double)E.ev[1].sample / SR : -1.0);
+    sotto_vad_params end = p;
+    end.end_gate_db = 20.0f;
+    CHECK_MSG(utterances_of(&end, x, n, &E) == 1 && (double)E.ev[1].sample / SR < 4.5,
+              "end gate 20: %d events, end %.2f s", E.n, E.n > 1 ? (double)E.ev[1].sample / SR : -1.0);
+    /* 3: 22 s after the loud speech, the quiet talker starts an utterance */
+    n = 30 * SR;
+    memset(x, 0, sizeof(float) * n);
+    add_speechlike(x, 1 * SR, 2.0, loud);
+    add_speechlike(x, 25 * SR, 2.0, quiet25);
+    add_noise(x, n, 1e-4, 0, 94);
+    CHECK_MSG(utterances_of(&p, x, n, &E) == 2, "after 22 s: %d events", E.n);
+    /* out of range */
+    sotto_err err;
+    sotto_vad_params bad = p;
+    bad.start_gate_db = 61.0f;
+    CHECK(sotto_vad_params_check(&bad, &err) == SOTTO_E_INVALID && strstr(err.msg, "start_gate_db"));
+    bad = p;
+    bad.end_gate_db = -1.0f;
+    CHECK(sotto_vad_params_check(&bad, &err) == SOTTO_E_INVALID);
+    free(x);
+}
+
 int main(void) {
     test_params();
     test_silence();
@@ -626,6 +688,7 @@ int main(void) {
     test_hum_onset();
     test_clicks();
     test_speechlike();
+    test_level_gate();
     test_push_sizes();
     test_finish();
     test_jfk();

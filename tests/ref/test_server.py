@@ -513,8 +513,9 @@ async def bad_start(url, out):
     ws, res, rx = await _connect(url)
     cases = [{"sample_rate": 4000}, {"channels": 3}, {"channels": 0}, {"encoding": "mp3"},
              {"sample_rate": "16000"}, {"step_ms": 5}, {"weights": "int3"},
+             {"vad": {"start_gate_db": 61}}, {"vad": {"end_gate_db": -1}},
              {"model": "no-such-model"}]
-    expect = ["bad_start"] * 6 + ["bad_start", "unknown_model"]
+    expect = ["bad_start"] * 6 + ["bad_start"] * 3 + ["unknown_model"]
     got = []
     for c, code in zip(cases, expect):
         n0 = len(res.errors)
@@ -522,17 +523,21 @@ async def bad_start(url, out):
         e = await _expect(res, lambda e, n0=n0: e.get("type") == "error" and
                           len(res.errors) > n0, 10)
         got.append((c, e.get("code") if e else None, e.get("fatal") if e else None))
-    await ws.send(json.dumps({"type": "start", "sample_rate": 16000, "channels": 1}))
+    await ws.send(json.dumps({"type": "start", "sample_rate": 16000, "channels": 1,
+                              "vad": {"end_gate_db": 20}}))
     ready = await _expect(res, lambda e: e.get("type") == "ready", 60)
+    gates = ((ready or {}).get("vad") or {})
+    gates = (gates.get("start_gate_db"), gates.get("end_gate_db"))
     await ws.send(json.dumps({"type": "start"}))
     again = await _expect(res, _is_err("already_started"), 10)
     await _finish(ws, rx)
     ok = all(g[1] == c for g, c in zip(got, expect)) and all(g[2] is False for g in got)
     out["bad start fields (rate 4000, channels 3/0, encoding mp3, rate as string, step_ms 5, "
-        "weights int3 -> bad_start; unknown model -> unknown_model), non-fatal; a valid start "
-        "then works; a second start -> already_started"] = (
-        bool(ok and ready and again and res.done),
-        f"{[(json.dumps(g[0]), g[1], g[2]) for g in got]}, ready {bool(ready)}, "
+        "weights int3, vad gates 61 / -1 dB -> bad_start; unknown model -> unknown_model), "
+        "non-fatal; a valid start then works (its ready shows the default start gate, 15 dB, "
+        "and the end gate it asked for, 20 dB); a second start -> already_started"] = (
+        bool(ok and ready and gates == (15, 20) and again and res.done),
+        f"{[(json.dumps(g[0]), g[1], g[2]) for g in got]}, ready {bool(ready)} gates {gates}, "
         f"already_started {bool(again)}, done {bool(res.done)}")
 
 
