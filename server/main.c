@@ -206,8 +206,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < s.n_models; i++) {
         srv_model *sm = &s.models[i];
-        for (int k = 0; k < sm->n_states; k++) sotto_state_free(sm->states[k]);
-        free(sm->states);
+        srv_model_free_states(sm);
         sotto_suppression_free(&sm->sup);
         sotto_model_free(sm->model);
     }

@@ -188,6 +188,9 @@ char *srv_metrics_render(srv *s, size_t *len) {
     counter(&o, "sotto_passes_fallback_total",
             "final passes that failed the guardrails and were decoded again at higher temperatures",
             atomic_load(&m->fallback_passes));
+    counter(&o, "sotto_finals_beam_total",
+            "final passes decoded by beam search (--final-beam; greedy while the server is behind)",
+            atomic_load(&m->beam_finals));
     counter(&o, "sotto_finals_between_windows_total",
             "final passes run between the encoder windows of a less urgent batch (partial passes, "
             "or speculative finals) instead of after it",

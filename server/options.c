@@ -67,6 +67,10 @@ static void usage(FILE *f) {
             "  --speculate-load-ms MS the same while the server is behind (steps stretched):\n"
             "                         later, so that fewer guesses are wasted; 0: none then\n"
             "                         (default 600)\n"
+            "  --final-beam N         beam size of final passes at temperature 0 (the offline CLI's\n"
+            "                         beam search); 1: greedy. While the server is behind (steps\n"
+            "                         stretched), finals are greedy. Measured, not the default:\n"
+            "                         docs/PERF.md (default 1)\n"
             "  --web DIR              static files served at / (default: the repository's web/)\n"
             "  --tls-cert FILE --tls-key FILE   serve https/wss\n"
             "  --api-key KEY          a key every endpoint but /healthz, /metrics, /v1/info and feed\n"
@@ -116,6 +120,7 @@ void srv_options_default(srv_options *o) {
     o->final_ctx_min_ms = 10000;
     o->speculate_ms = 400;
     o->speculate_load_ms = 600;
+    o->final_beam = 1;
     o->vad_kind = SOTTO_VAD_SILERO;
     o->max_upload_mb = 25;
     o->max_upload_s = 3600;
@@ -222,6 +227,7 @@ static int set(srv_options *o, const char *key, const char *val) {
     NUM("final-ctx-min-ms", final_ctx_min_ms, 0, 30000)
     NUM("speculate-ms", speculate_ms, 0, 10000)
     NUM("speculate-load-ms", speculate_load_ms, 0, 10000)
+    NUM("final-beam", final_beam, 1, SRV_BEAM_MAX)
     NUM("max-upload-mb", max_upload_mb, 0.01, 2000)
     NUM("max-upload-s", max_upload_s, 1, 86400)
     NUM("batch-queue", batch_queue, 1, 1000)
@@ -360,7 +366,7 @@ static const char *const k_keys[] = {
     "max-detached", "start-timeout-s", "idle-timeout-s", "max-buffer-s", "resume-grace-s",
     "idle-unload-s", "drain-s", "max-frame-bytes", "threads", "max-batch", "overload-wait-ms",
     "audio-ctx-pad-ms", "audio-ctx", "final-ctx-pad-ms", "final-ctx-min-ms",
-    "speculate-ms", "speculate-load-ms", "max-upload-mb",
+    "speculate-ms", "speculate-load-ms", "final-beam", "max-upload-mb",
     "max-upload-s", "batch-queue", "batch-threads", "host", "model", "weights",
     "default-weights", "stream-weights", "device", "web", "tls-cert", "tls-key", "api-key", "api-keys-file", "vad",
     "vad-model", "log-level", "redis", "instance", "config"};

@@ -24,13 +24,22 @@ static size_t loaded_bytes_locked(const srv *s) {
     return total;
 }
 
-static void unload(srv *s, srv_model *sm) {
-    /* srv->lock held by the caller; frees outside would be nicer, but
-     * unloading is rare and fast */
+void srv_model_free_states(srv_model *sm) {
     for (int i = 0; i < sm->n_states; i++) sotto_state_free(sm->states[i]);
     free(sm->states);
     sm->states = NULL;
     sm->n_states = 0;
+    for (int l = 0; l < 3; l++)
+        for (int i = 0; i < SRV_BEAM_STATES; i++) {
+            sotto_state_free(sm->beam_states[l][i]);
+            sm->beam_states[l][i] = NULL;
+        }
+}
+
+static void unload(srv *s, srv_model *sm) {
+    /* srv->lock held by the caller; frees outside would be nicer, but
+     * unloading is rare and fast */
+    srv_model_free_states(sm);
     sotto_suppression_free(&sm->sup);
     sotto_model_free(sm->model);
     sm->model = NULL;

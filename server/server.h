@@ -77,6 +77,7 @@ typedef struct srv_options {
     double speculate_ms;      /* silence after which a final pass is decoded before the VAD
                                  ends the utterance (0: off; include/dictation.h) */
     double speculate_load_ms; /* the same while steps are stretched (overload) */
+    int final_beam;           /* beam size of final passes (1: greedy) while not behind */
     char web_dir[1024];
     char tls_cert[1024], tls_key[1024];
     char *api_keys[SRV_MAX_API_KEYS]; /* every endpoint but health, metrics, info, viewers; none = open */
@@ -100,6 +101,11 @@ void srv_options_free(srv_options *o);
 
 /* ---- loaded models ------------------------------------------------------------- */
 
+/* Beam search of final passes (--final-beam): the largest beam, and the finals
+ * of one batch that get it (the rest of that batch decode greedily). */
+#define SRV_BEAM_MAX 8
+#define SRV_BEAM_STATES 4
+
 typedef struct srv_model {
     char name[64];          /* directory basename: "tiny.en" */
     const char *dir;
@@ -113,6 +119,10 @@ typedef struct srv_model {
     /* worker thread only: per-pass decoder states and suppression lists */
     sotto_state **states;
     int n_states;
+    /* states of --final-beam sequences for beam-searched finals, per batch level
+       (0 partial, 1 speculative finals, 2 finals: a batch runs finals of higher
+       levels between its windows, so each level has its own), created on first use */
+    sotto_state *beam_states[3][SRV_BEAM_STATES];
     sotto_suppression sup;
 } srv_model;
 
@@ -135,6 +145,7 @@ typedef struct srv_metrics {
     _Atomic uint64_t tails_dropped;          /* final text dropped as invented (dictation.h) */
     _Atomic uint64_t bad_messages, concealed_packets, passes, events_sent, events_dropped;
     _Atomic uint64_t rejected_passes, fallback_passes; /* the decoding guardrails */
+    _Atomic uint64_t beam_finals; /* final passes decoded by beam search (--final-beam) */
     /* finals run between the windows of a partial batch (worker.c), and partial
        passes abandoned there because their utterance had ended */
     _Atomic uint64_t finals_between, partials_superseded;
@@ -537,6 +548,8 @@ srv_model *srv_model_find(srv *s, const char *name, sotto_wfmt w);
 int srv_model_acquire(srv *s, srv_model *sm, sotto_err *err);
 void srv_model_release(srv *s, srv_model *sm);
 void srv_models_unload_idle(srv *s);
+/* Frees a variant's decoder states (per-slot and beam); the worker must not be using them. */
+void srv_model_free_states(srv_model *sm);
 
 /* worker (worker.c) */
 int srv_worker_start(srv *s);

@@ -177,6 +177,9 @@ typedef struct job_ctx {
     int n_prompt;
     int32_t gen[MAX_PROMPT];
     float *win;
+    int beam; /* a final decoded by beam search in a beam state (--final-beam) */
+    int beam_rc;
+    sotto_window_result beam_res;
 } job_ctx;
 
 /* Each generated token: a partial event, and the guardrails' early stop (a
@@ -250,6 +253,36 @@ static sotto_window_opts stream_window_opts(const srv_model *sm) {
     for (int i = 0; i < 6; i++) w.temperatures[i] = 0.2f * (float)i;
     w.guard = sotto_guard_default_opts();
     return w;
+}
+
+/* A final pass's options with --final-beam N > 1: beam N at temperature 0,
+ * then the fallback of greedy finals (one sampled hypothesis per temperature:
+ * with best_of N, the likeliest of N samples in pink noise at 5 dB was a copy
+ * of the context, docs/PERF.md), with the token bound of that fallback. As in the greedy batch (generate.h), a window whose
+ * text is already committed in its forced prefix may end at once: the
+ * suppress_begin list (blank, <|endoftext|>) applies only without a prefix or
+ * after a prefix that is the previous utterance's text alone. */
+static sotto_window_opts beam_window_opts(const sotto_window_opts *wo, int beam, const job_ctx *c,
+                                          int prior) {
+    sotto_window_opts o = *wo;
+    o.beam_size = beam;
+    if (c->max_tokens > 0) o.gen.max_new_tokens = (c->max_tokens - prior) * 3 / 2 + 8;
+    if (c->pass->n_prefix > 0 && !c->pass->lead_only) o.gen.n_suppress_begin = 0;
+    return o;
+}
+
+/* A beam state of `level`'s pool for a final of this batch (slot k), created on
+ * first use; NULL when the pool is used up or the state cannot be made (the
+ * final then decodes greedily). */
+static sotto_state *beam_state(srv *s, srv_model *sm, int level, int k) {
+    if (s->opt.final_beam <= 1 || level < 0 || level > 2 || k >= SRV_BEAM_STATES) return NULL;
+    sotto_state **st = &sm->beam_states[level][k];
+    if (!*st) {
+        sotto_err err;
+        *st = sotto_state_create(sm->model, s->opt.final_beam, &err);
+        if (!*st) SOTTO_WARN("no beam state for a final (greedy instead): %s", err.msg);
+    }
+    return *st;
 }
 
 /* A stopping session whose last pass is done: `done`, then close. Session lock held. */
@@ -417,9 +450,18 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
     const int full = sotto_model_hparams(m)->n_audio_ctx;
     /* a final pass over a short utterance needs more than its audio (docs/PERF.md) */
     const size_t ffloor = (size_t)(s->opt.final_ctx_min_ms * 16.0);
+    /* finals decode by beam search (--final-beam) unless the server is behind */
+    const int beam_ok = s->opt.final_beam > 1 && !(w->load.scale > 1.0);
+    int n_beam = 0;
     for (int i = 0; i < nc; i++) {
         const sotto_pass *p = ctx[i].pass;
         sts[i] = sm->states[state_base + i], mels[i] = ctx[i].win;
+        sotto_state *bst = beam_ok && p->final ? beam_state(s, sm, level, n_beam) : NULL;
+        ctx[i].beam = bst != NULL; /* ctx[] is not zeroed past its prompt */
+        if (bst) {
+            sts[i] = bst;
+            n_beam++;
+        }
         /* --audio-ctx: a cut window costs in proportion to its audio */
         if (mode == SRV_AUDIO_CTX_FULL || (mode == SRV_AUDIO_CTX_PARTIALS && p->final))
             n_ctx[i] = full;
@@ -519,10 +561,35 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
         j->begin_after_prefix = c->pass->lead_only;
         nj++;
     }
+    /* beam-searched finals after the greedy jobs (one greedy batch call) */
+    int ng = 0;
+    for (int i = 0; i < nj; i++)
+        if (!ctx[i].beam) {
+            if (i != ng) {
+                job_ctx tc = ctx[ng];
+                sotto_gen_job tj = jobs[ng];
+                ctx[ng] = ctx[i], jobs[ng] = jobs[i];
+                ctx[i] = tc, jobs[i] = tj;
+            }
+            ng++;
+        }
+    for (int i = 0; i < nj; i++) jobs[i].user = &ctx[i]; /* moved */
     double t_dec = srv_now();
     t_enc += t_between; /* the partials waited for those finals; their encoder did not run */
     if (nc) srv_hist_add(&s->m.encode, (t_dec - t_enc) / nc);
-    int brc = nj ? sotto_generate_greedy_batch(m, ws, jobs, nj, &wo.gen, &err) : SOTTO_OK;
+    int brc = ng ? sotto_generate_greedy_batch(m, ws, jobs, ng, &wo.gen, &err) : SOTTO_OK;
+    for (int i = ng; i < nj; i++) {
+        job_ctx *c = &ctx[i];
+        const int prior = prefix_text(c->pass, c->eot);
+        sotto_window_opts bo = beam_window_opts(&wo, s->opt.final_beam, c, prior);
+        sotto_err berr;
+        memset(&c->beam_res, 0, sizeof c->beam_res);
+        c->beam_rc = sotto_window_decode(m, ws, jobs[i].st, c->prompt, c->n_prompt, &bo,
+                                         c->pass->n / 16000.0, prior, 0, NULL, &c->beam_res, &berr);
+        if (c->beam_rc) sotto_log(SOTTO_LOG_WARN, c->ss->id, "beam final failed: %s", berr.msg);
+        jobs[i].res = c->beam_res.res;
+        atomic_fetch_add(&s->m.beam_finals, 1);
+    }
     const double t_done = srv_now();
     if (nj) srv_hist_add(&s->m.decode, t_done - t_dec);
     int n_final = 0;
@@ -531,15 +598,24 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
         job_ctx *c = &ctx[i];
         srv_session *ss = c->ss;
         sotto_generate_result *r = &jobs[i].res;
-        int failed = brc || jobs[i].status;
+        int failed = c->beam ? c->beam_rc != SOTTO_OK : brc || jobs[i].status;
         sotto_verdict v;
         memset(&v, 0, sizeof v);
         const double secs = c->pass->n / 16000.0;
         const int prior = prefix_text(c->pass, c->eot);
-        if (!failed && sotto_guard_check(m, &wo.guard, r, secs, prior, &v, &err)) failed = 1;
-        /* a final pass that fails the guardrails: Whisper's temperature fallback */
         sotto_window_result fb;
+        memset(&fb, 0, sizeof fb);
         int used_fallback = 0;
+        if (c->beam) { /* the offline loop chose already (fallback included) */
+            fb = c->beam_res;
+            v = fb.v;
+            v.failed = 0; /* cut by the loop if every attempt failed */
+            used_fallback = fb.temperature > 0.0f || fb.all_failed;
+            if (used_fallback) atomic_fetch_add(&s->m.fallback_passes, 1);
+        } else if (!failed && sotto_guard_check(m, &wo.guard, r, secs, prior, &v, &err)) {
+            failed = 1;
+        }
+        /* a final pass that fails the guardrails: Whisper's temperature fallback */
         const double t_fb = srv_now();
         if (!failed && c->pass->final && v.failed) {
             atomic_fetch_add(&s->m.fallback_passes, 1);

@@ -17,7 +17,9 @@ would (tests/ref/server_client.py). Sections (--only / --skip take their names):
              gapless; commits never revised; acks monotonic, last = sent.
   finalwindow  the default server's final windows are whole (30 s); an --audio-ctx all
              server, two clips at real-time pace, clean and in babble at 5 dB: final
-             windows cut to audio + 3 s (10 s floor), no loop, no repeated phrase.
+             windows cut to audio + 3 s (10 s floor), no loop, no repeated phrase;
+             a --final-beam 5 server, the same clips: every final beam-searched,
+             no loop, clean text within the offline CLI's errors + 2.
   weights    two concurrent sessions, f32 and nf4, over 8 clips each: WER of each
              within 3 pp of the offline CLI with the same --weights; then f16
              over 3 of them: half f32's bytes, the same finals.
@@ -329,6 +331,50 @@ def section_finalwindow(ctx, ck):
     finally:
         code = srv.stop()
     ck.ok("finalwindow: the --audio-ctx all server exits 0", code == 0, str(code))
+    # --final-beam 5: the same clips, clean and in babble, with beam-searched finals
+    srv = sc.Server(ctx.args.server, ctx.args.model, ["--final-beam", "5"], threads=ctx.args.threads)
+    srv.start()
+    try:
+        for cid in FINAL_WINDOW_CLIPS:
+            r = ctx.by_id.get(cid)
+            if r is None:
+                continue
+            finalbeam_check(ctx, ck, srv, cid, r, sc.load_clip(r["file"], "s16_16k", ctx.tmp))
+            noisy = rooms.add_noise(rooms.join_clips([r], lead_s=0.5, tail_s=1.0), "babble", 5,
+                                    rows=ctx.rows)
+            path = rooms.write_wav(os.path.join(ctx.tmp, f"{cid}-babble5-beam.wav"), noisy.audio)
+            finalbeam_check(ctx, ck, srv, f"{cid} in babble 5 dB", r,
+                            sc.load_clip(path, "s16_16k", ctx.tmp), noisy=True)
+    finally:
+        code = srv.stop()
+    ck.ok("finalwindow: the --final-beam 5 server exits 0", code == 0, str(code))
+
+
+def finalbeam_check(ctx, ck, srv, cid, r, a, noisy=False):
+    """One session at real-time pace on a --final-beam 5 server: its finals were
+    beam-searched (the counter moved by at least one per final), and its text holds no
+    loop; clean, it is within the offline CLI's word errors + 2."""
+    m0 = srv.metrics()
+    res = sc.stream(srv.ws_url, a, realtime=True)
+    m1 = srv.metrics()
+    ck.problems(f"finalbeam {cid}: clean session", sc.check_session(res, a.total_units))
+    finals = res.finals()
+    nbeam = m1.get("sotto_finals_beam_total", 0) - m0.get("sotto_finals_beam_total", 0)
+    ck.ok(f"finalbeam {cid}: every final beam-searched ({len(finals)} finals)",
+          len(finals) > 0 and nbeam >= len(finals), f"{nbeam:.0f} beam finals")
+    hyp = res.transcript
+    loops = [f.get("text", "") for f in finals.values() if rooms.has_loop(f.get("text", ""))]
+    fast = [f.get("text", "") for f in finals.values()
+            if not rooms.words_per_second_ok(f.get("text", ""), f["end"] - f["start"])]
+    ck.ok(f"finalbeam {cid}: no final with a loop or more words than its span holds",
+          not loops and not fast, f"loops {loops}, too many words {fast}; {hyp!r}")
+    if noisy:
+        return
+    ref_words = rc.normalize(r["text"]).split()
+    errs = rc.edit_distance(ref_words, rc.normalize(hyp).split())
+    off_errs = rc.edit_distance(ref_words, rc.normalize(ctx.offline[cid]).split())
+    ck.ok(f"finalbeam {cid}: word errors at most the offline CLI's + 2",
+          errs <= off_errs + 2, f"{errs} against {off_errs} of {len(ref_words)} words: {hyp!r}")
 
 
 def finalwindow_clips(ctx, ck, srv):
@@ -975,6 +1021,10 @@ def section_metrics(ctx, ck):
           f"received {recv:.1f} s, transcribed {trans:.1f} s, dropped "
           f"{m.get('sotto_audio_dropped_seconds_total')}, streamed by the client >= "
           f"{ctx.streamed_seconds:.1f} s")
+    # --final-beam 1 (the default): no final was beam-searched (section finalbeam
+    # runs a server with beam finals)
+    ck.ok("metrics: sotto_finals_beam_total is 0 with the default --final-beam 1",
+          m.get("sotto_finals_beam_total") == 0, str(m.get("sotto_finals_beam_total")))
     ck.ok("metrics: counters (sessions, passes, events sent) > 0",
           m.get("sotto_sessions_total", 0) > 0 and m.get("sotto_passes_total", 0) > 0
           and m.get("sotto_events_sent_total", 0) > 0,
