@@ -62,10 +62,10 @@
  * cannot start an utterance, more than end_gate_db under it does not hold
  * one open; a frame the gate turns away is not added to the ring, so
  * background speech does not pull the level down. Measured on the dev
- * clips (bench_rooms streams, Silero): 8-talker babble at 20 dB SNR in the
- * pauses lies 15 dB or more under the level in 97% of the chunks the
- * network calls speech, the clips' own speech in 28% (quiet phonemes, which
- * never start an utterance alone and are inside one anyway).
+ * clips (bench/vad_gate.py, Silero): 8-talker babble at 20 dB SNR in the
+ * pauses lies more than 15 dB under the level in 98% of the chunks the
+ * network calls speech, the clips' own speech in 30% (quiet phonemes, which
+ * seldom make 3 chunks in a row, and are inside an utterance anyway).
  *
  * SOTTO_VAD_SILERO: the frames are 512-sample chunks classified by
  * vad_neural.c (Silero probabilities with hysteresis); steps 1-6 do not
