@@ -258,7 +258,8 @@ static sotto_window_opts stream_window_opts(const srv_model *sm) {
 /* A final pass's options with --final-beam N > 1: beam N at temperature 0,
  * then the fallback of greedy finals (one sampled hypothesis per temperature:
  * with best_of N, the likeliest of N samples in pink noise at 5 dB was a copy
- * of the context, docs/PERF.md), with the token bound of that fallback. As in the greedy batch (generate.h), a window whose
+ * of the context, docs/PERF.md), with the token bound of that fallback. As in
+ * the greedy batch (generate.h), a window whose
  * text is already committed in its forced prefix may end at once: the
  * suppress_begin list (blank, <|endoftext|>) applies only without a prefix or
  * after a prefix that is the previous utterance's text alone. */
@@ -587,8 +588,8 @@ static void run_batch(worker *w, srv_model *sm, srv_session **batch, int n, int 
         c->beam_rc = sotto_window_decode(m, ws, jobs[i].st, c->prompt, c->n_prompt, &bo,
                                          c->pass->n / 16000.0, prior, 0, NULL, &c->beam_res, &berr);
         if (c->beam_rc) sotto_log(SOTTO_LOG_WARN, c->ss->id, "beam final failed: %s", berr.msg);
+        else atomic_fetch_add(&s->m.beam_finals, 1);
         jobs[i].res = c->beam_res.res;
-        atomic_fetch_add(&s->m.beam_finals, 1);
     }
     const double t_done = srv_now();
     if (nj) srv_hist_add(&s->m.decode, t_done - t_dec);
