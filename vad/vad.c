@@ -248,11 +248,7 @@ sotto_vad *sotto_vad_create(const sotto_vad_params *p, sotto_err *err) {
         return NULL;
     }
     v->p = *p;
-    if (p->kind == SOTTO_VAD_SILERO) {
-        v->L = SOTTO_SILERO_CHUNK;
-    } else {
-        v->L = VAD_SR * p->frame_ms / 1000;
-    }
+    v->L = p->kind == SOTTO_VAD_SILERO ? SOTTO_SILERO_CHUNK : VAD_SR * p->frame_ms / 1000;
     v->lvl_window = ceil_div(LVL_WINDOW_MS * (VAD_SR / 1000), v->L);
     v->lvl_min = ceil_div(LVL_MIN_MS * (VAD_SR / 1000), v->L);
     if (p->kind == SOTTO_VAD_SILERO) {
