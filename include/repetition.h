@@ -43,7 +43,8 @@ int sotto_repetition_tail(const int32_t *tokens, int n, int32_t eot);
  * their tokens ("how much they were thinking of. How much they were
  * thinking of. How much ..."): a phrase of SOTTO_WORD_LOOP_N words (ASCII
  * case and punctuation ignored; words are runs of letters, digits,
- * apostrophes and non-ASCII bytes) three times, each copy starting at most
+ * apostrophes and non-ASCII bytes, and a contraction is two: "I" "'m")
+ * three times, each copy starting at most
  * SOTTO_WORD_LOOP_GAP words after the one before. Returns 1 if found, with
  * *second_word the index of the word that begins the second copy (the
  * words before it are worth keeping). Looks at the first 512 words. */

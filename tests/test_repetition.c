@@ -140,6 +140,22 @@ int main(void) {
             if (i != 1) /* one word 4 times: the token rule's (above), not 3 copies of 4 words */
                 CHECK_MSG(sotto_repetition_find_words(loops[i], NULL), "not found: %s", loops[i]);
         CHECK(!sotto_repetition_find_words(" I think, I think, I think so.", NULL)); /* 2 words */
+        /* a contraction is two words, as the normalizer makes "I'm" "i am": a
+           hallucination of pink noise at 5 dB (bench_rooms, 2026-12-07) */
+        {
+            const char *im = " I know you're tired. I don't know if I'm going to touch you. I'm going "
+                             "to do this. I'm going to do a face by hand.";
+            int st[3] = {-1, -1, -1};
+            CHECK(sotto_repetition_find_word_copies(im, st));
+            /* I know you 're tired I don 't know if I(10) 'm going to touch you I(16) 'm
+               going to do this I(22) */
+            CHECK_MSG(st[0] == 10 && st[1] == 16 && st[2] == 22, "copies at %d %d %d", st[0], st[1],
+                      st[2]);
+            CHECK_EQ_INT(sotto_repetition_count_words(" I'm here, don't go."), 6);
+            CHECK_EQ_INT(sotto_repetition_count_words(" 'Tis rock 'n' roll, o'clock."), 6);
+            /* "i am fine" three times holds a 4-word phrase twice, not three times */
+            CHECK(!sotto_repetition_find_words(" I'm fine, I'm fine, I'm fine.", NULL));
+        }
         CHECK(!sotto_repetition_find_words(" Very, very, very good.", NULL));
         CHECK(!sotto_repetition_find_words(
             " the end of the day was near. We walked and walked along the shore for a long while "
