@@ -232,6 +232,7 @@ def main():
                          f"{QUICK_NONSPEECH}")
     ap.add_argument("--keep", default="", help="write the WAVs here (default: a temp dir)")
     ap.add_argument("--verbose", action="store_true", help="print every final")
+    ap.add_argument("--server-log", default=None, help="keep the server's log here")
     args = ap.parse_args()
 
     if not os.access(args.server, os.X_OK):
@@ -294,7 +295,7 @@ def main():
     # --- sotto-server
     res = {}  # (kind, name) -> StreamResult
     srv = sc.Server(args.server, args.model, ["--max-buffer-s", "600"] + args.server_args.split(),
-                    threads=args.threads)
+                    threads=args.threads, log_path=args.server_log)
     srv.start()
     t0 = time.monotonic()
     try:
@@ -392,6 +393,12 @@ def main():
         print(f"  {name:12s} " + " ".join(cells))
     print(f"  {'all':12s} " + " ".join(f"{100.0 * tot[c][0] / max(1, tot[c][1]):8.1f}        "
                                        for c in cols))
+    for name in streams:  # every looping final in full, with the n-gram that repeats
+        for c in cols:
+            for x in texts(c, name) or []:
+                g = rooms.loop_ngram(x, 4, 3)
+                if g is not None:
+                    print(f"  loop in {c}, {name} ('{g[0]}' {g[1]} times): {x!r}")
 
     print("\nwords emitted on non-speech")
     print(f"  {'piece':12s} {'s':>5s} " + " ".join(f"{c:>12s}" for c in cols))
