@@ -102,11 +102,14 @@ sotto_dictation_params sotto_dictation_default_params(void) {
     p.partials = 1;
     p.final_timestamps = 1;
     p.vad = sotto_vad_default_params();
-    /* Endpoint after 1 s of silence, not the VAD's 600 ms: shorter pauses
+    /* Endpoint after 2 s of silence, not the VAD's 600 ms: shorter pauses
        inside a sentence then stay in one window, and Whisper transcribes
        whole sentences better than pieces (docs/PERF.md: streamed WER on the
-       dev clips, 600 vs 800 vs 1000 ms). Sessions may ask for less. */
-    p.vad.silence_ms = 1000;
+       dev clips, 600 vs 800 vs 1000 ms; in noise, 1000 vs 1500 vs 2000 ms,
+       where the network ends utterances at pauses inside sentences more
+       often). The final comes that much later; partial and commit events
+       do not wait for it. Sessions may ask for less. */
+    p.vad.silence_ms = 2000;
     /* The Silero VAD ends utterances at real pauses inside sentences; with
        the previous utterance's audio and text leading the next one, Whisper
        sees the sentence whole again (docs/PERF.md: streamed WER with and

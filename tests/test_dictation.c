@@ -130,12 +130,20 @@ static void push(sotto_dictation *d, float seconds, int loud, unsigned *seed) {
     free(x);
 }
 
+/* The defaults with the 1 s endpoint the scripts below were timed for (the
+ * library's default is 2 s, checked in the first case). */
+static sotto_dictation_params script_params(void) {
+    sotto_dictation_params p = sotto_dictation_default_params();
+    p.vad.silence_ms = 1000;
+    return p;
+}
+
 /* A dictation with final passes only (a step too long for partials) and
  * timestamps, after 1 s of quiet, 6 s of speech and 1.6 s of quiet: its one
  * utterance has ended and its final pass is due. */
 static sotto_dictation *one_final_due(const sotto_tokenizer *tok, events *ev, unsigned *seed) {
     sotto_err err;
-    sotto_dictation_params p = sotto_dictation_default_params();
+    sotto_dictation_params p = script_params();
     p.step_ms = 10000;
     sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, ev, &err);
     CHECK(d != NULL);
@@ -225,7 +233,8 @@ int main(void) {
     {
         events ev = {0};
         sotto_dictation_params p = sotto_dictation_default_params();
-        CHECK_EQ_INT(p.vad.silence_ms, 1000);
+        CHECK_EQ_INT(p.vad.silence_ms, 2000);
+        p.vad.silence_ms = 1000; /* the scripts below count on a 1 s endpoint */
         sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
         CHECK(d != NULL);
         push(d, 1.5f, 0, &seed);
@@ -462,7 +471,7 @@ int main(void) {
     /* ---- the forced prefix of a final pass with timestamps --------------- */
     {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation_params p = script_params();
         sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
         sotto_dictation_set_timestamps(d, TS_BEGIN);
         push(d, 1.0f, 0, &seed);
@@ -497,7 +506,7 @@ int main(void) {
     /* ---- a full window is cut at a pause, after its committed words ------ */
     {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation_params p = script_params();
         sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
         uint64_t bound = 0;
         /* no commits: the quiet gap at 26.0 s of speech (27.0 s absolute) is
@@ -527,7 +536,7 @@ int main(void) {
     /* ---- guardrails: a rejected partial commits nothing and is withdrawn -- */
     {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation_params p = script_params();
         sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
         push(d, 1.0f, 0, &seed);
         push(d, 1.2f, 1, &seed);
@@ -559,7 +568,7 @@ int main(void) {
     /* ---- guardrails: agreement never commits a loop; a reset final ------- */
     {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation_params p = script_params();
         sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
         push(d, 1.0f, 0, &seed);
         /* two passes agree on "hello world again there" three times over */
@@ -610,7 +619,7 @@ int main(void) {
     /* ---- the word rule: a loop assembled across passes, copies in capitals */
     {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation_params p = script_params();
         sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
         CHECK(d != NULL);
         int32_t a[64], b[64];
@@ -646,7 +655,7 @@ int main(void) {
     /* ---- lead: the previous utterance's audio and text lead the next ---- */
     for (int off = 0; off < 2; off++) {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation_params p = script_params();
         CHECK(p.lead_max_s > 0 && p.lead_gap_s > 0);
         if (off) p.lead_max_s = 0;
         sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
@@ -713,7 +722,7 @@ int main(void) {
     /* ---- a final that ends in "..." (Whisper's mark of a cut sentence) leads nothing ---- */
     {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation_params p = script_params();
         sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
         CHECK(d != NULL);
         const int32_t ELL = tok1(tok, "...");
@@ -743,7 +752,7 @@ int main(void) {
     /* ---- durability: the point a session can be restored from elsewhere ---- */
     {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation_params p = script_params();
         p.lead_max_s = 0;
         sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
         CHECK(d != NULL);
@@ -845,7 +854,7 @@ int main(void) {
     /* ---- speculative final passes (spec_silence_ms) ----------------------- */
     {
         /* a twin without speculation gives the final pass the speculative one must equal */
-        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation_params p = script_params();
         CHECK_EQ_INT(p.spec_silence_ms, 0); /* off unless asked for */
         sotto_dictation_params ps_on = p;
         ps_on.spec_silence_ms = 300;
@@ -1040,7 +1049,7 @@ int main(void) {
     /* ---- backlog: audio past max_backlog_s is dropped, with one warning -------- */
     {
         events ev = {0};
-        sotto_dictation_params p = sotto_dictation_default_params();
+        sotto_dictation_params p = script_params();
         p.max_backlog_s = p.max_window_s + 2; /* the least it may be */
         sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
         CHECK_MSG(d != NULL, "%s", err.msg);

@@ -76,7 +76,7 @@ import server_client as sc
 from test_security import Checks, Raw, ws_open
 
 CLIP = "jfk"  # 11 s, with its reference text in the manifest
-GAP_S = 2.0   # silence after each repetition (an utterance ends after 1 s)
+GAP_S = 3.0   # silence after each repetition (an utterance ends after 2 s)
 MAX_SESSIONS = 5
 FREE_SLOTS = MAX_SESSIONS - 1  # the legitimate session holds one (the non-reader, when it runs, another)
 
