@@ -20,6 +20,9 @@ typedef struct window {
     int continuations;   /* final passes after the first */
     int rest_after_end;  /* the last one decodes what followed a single-timestamp end */
     int no_lead;         /* decoded without the previous utterance's audio from now on */
+    int after_cut;       /* opened where a full window was cut or a flush closed one, inside
+                            the VAD's utterance (no speech_start of its own) */
+    int shown;           /* a pass ran over it while open (its events may be out) */
 } window;
 
 #define MAX_CONTINUATIONS 6 /* final passes of one window after the first */
@@ -260,6 +263,21 @@ static void close_open(sotto_dictation *d, uint64_t end) {
     d->open.id = 0;
 }
 
+/* A window that goes on from `at` inside the VAD's utterance, where a full
+ * window was cut or a flush closed one (no speech_start: the VAD's
+ * SPEECH_END closes it). */
+static void open_after(sotto_dictation *d, uint64_t at) {
+    d->open.id = d->next_id++;
+    d->open.start = at;
+    d->open.from = at;
+    d->open.continuations = 0;
+    d->open.rest_after_end = 0;
+    d->open.after_cut = 1;
+    d->open.shown = 0;
+    d->open.end = 0;
+    if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = at;
+}
+
 static void open_window(sotto_dictation *d, uint64_t start) {
     uint64_t floor = d->n_closed ? d->closed[d->n_closed - 1].end : d->buf_start;
     if (start < floor) start = floor;
@@ -269,6 +287,8 @@ static void open_window(sotto_dictation *d, uint64_t start) {
     d->open.from = start;
     d->open.continuations = 0;
     d->open.rest_after_end = 0;
+    d->open.after_cut = 0;
+    d->open.shown = 0;
     d->open.end = 0;
     d->st.utterances++;
     if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = start;
@@ -321,7 +341,22 @@ static void handle_vad(sotto_dictation *d, const sotto_vad_event *ev, int n) {
         } else if (ev[i].type == SOTTO_VAD_SPEECH_END && d->open.id) {
             uint64_t id = d->open.id;
             uint64_t end = at > d->total ? d->total : at;
-            close_open(d, end);
+            if (end <= d->open.start && d->open.after_cut) {
+                /* the speech had ended before the cut (or flush) that opened
+                   this window, in its trailing silence: nothing of it is left.
+                   Unseen, its number goes back (the speech ended in the window
+                   before), so that every utterance number gets its final; seen,
+                   it is decoded to the last sample like any window */
+                if (!d->open.shown && id + 1 == d->next_id && id > 1) {
+                    d->open.id = 0;
+                    d->next_id--;
+                    id--;
+                } else {
+                    close_open(d, d->total);
+                }
+            } else {
+                close_open(d, end);
+            }
             sotto_event e = event(SOTTO_EVENT_SPEECH_END, id);
             e.end = end;
             send(d, &e);
@@ -407,13 +442,7 @@ int sotto_dictation_push(sotto_dictation *d, const float *x, size_t n) {
             /* window full: finalize it at a pause, continue in a new one */
             uint64_t cut = quiet_cut(d);
             close_open(d, cut);
-            d->open.id = d->next_id++;
-            d->open.start = cut;
-            d->open.from = cut;
-            d->open.continuations = 0;
-            d->open.rest_after_end = 0;
-            d->open.end = 0;
-            if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = cut;
+            open_after(d, cut);
         }
         try_spec(d);
         trim(d);
@@ -437,7 +466,15 @@ void sotto_dictation_flush(sotto_dictation *d, int end_of_stream) {
         handle_vad(d, ev, ne);
         d->eos = 1;
     }
+    if (!d->eos && d->open.id && d->open.after_cut && d->total <= d->open.start) {
+        try_spec(d); /* nothing since the last flush: the window stays */
+        return;
+    }
+    const int going_on = !d->eos && d->open.id && sotto_vad_in_speech(d->vad);
     close_open(d, d->total);
+    /* mid-stream, inside the VAD's utterance: what is said next goes into a new
+       window (the VAD sends no new start until this utterance ends) */
+    if (going_on) open_after(d, d->total);
     try_spec(d);
 }
 
@@ -504,6 +541,7 @@ const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     if (!sotto_dictation_pass_due(d)) return NULL;
     window *w = d->n_closed ? &d->closed[0] : &d->open;
     int final = d->n_closed > 0, spec = 0;
+    if (!final) d->open.shown = 1;
     uint64_t end = final ? w->end : d->total;
     uint64_t start = final ? w->from : w->start;
     if (!final && spec_due(d, &end)) { /* the final pass it would be if the VAD ends it at `end` */

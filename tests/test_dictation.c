@@ -533,6 +533,92 @@ int main(void) {
         events_clear(&ev);
     }
 
+    /* ---- a window full in the trailing silence: every utterance gets a final ---- */
+    {
+        /* the 2 s endpoint: speech from 1.0 to 27.0 s, the window (from ~0.7 s)
+           is full at ~28.7 s, before the VAD ends the speech at ~29 s; the cut
+           falls in the silence, after the speech's reported end (~27.3 s), so
+           the window opened at the cut holds nothing */
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        p.step_ms = 10000; /* no partial passes */
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        CHECK(d != NULL);
+        push(d, 1.0f, 0, &seed);
+        push(d, 26.0f, 1, &seed);
+        push(d, 4.0f, 0, &seed);
+        CHECK_EQ_INT(count(&ev, "speech_start"), 1);
+        CHECK_EQ_INT(count(&ev, "speech_end"), 1);
+        const sotto_event *se = last(&ev, "speech_end");
+        CHECK_MSG(se && se->utterance == 1, "speech_end of utterance %llu",
+                  se ? (unsigned long long)se->utterance : 0ULL);
+        CHECK_EQ_INT(sotto_dictation_next_utterance(d), 1);
+        int32_t hw[] = {HELLO, WORLD};
+        for (int k = 0; k < 4; k++) {
+            const sotto_pass *ps = sotto_dictation_take_pass(d);
+            if (!ps) break;
+            CHECK(ps->final && sotto_dictation_complete_pass(d, ps->id, hw, 2) == SOTTO_OK);
+        }
+        CHECK_EQ_INT(count(&ev, "final"), 1);
+        const sotto_event *fe = last(&ev, "final");
+        CHECK(fe && fe->utterance == 1 && !strcmp(str(fe, "text"), " hello world"));
+        CHECK_EQ_INT(sotto_dictation_next_utterance(d), 2); /* not 3 */
+        push(d, 1.2f, 1, &seed);
+        const sotto_event *s2 = last(&ev, "speech_start");
+        CHECK(s2 && s2->utterance == 2);
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
+    /* ---- a flush mid-speech: what is said after it is not lost ----------- */
+    {
+        events ev = {0};
+        sotto_dictation_params p = sotto_dictation_default_params();
+        p.step_ms = 10000; /* final passes only */
+        sotto_dictation *d = sotto_dictation_create(&p, tok, EOT, on_event, &ev, &err);
+        CHECK(d != NULL);
+        push(d, 1.0f, 0, &seed);
+        push(d, 3.0f, 1, &seed);
+        sotto_dictation_flush(d, 0);
+        sotto_dictation_flush(d, 0); /* twice: nothing new, nothing changes */
+        const sotto_pass *ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && ps->start + ps->n == (uint64_t)(4.0 * SR));
+        int32_t hw[] = {HELLO, WORLD}, ag[] = {AGAIN};
+        CHECK(ps && sotto_dictation_complete_pass(d, ps->id, hw, 2) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev, "final"), 1);
+        /* the speaker goes on without a pause: the VAD is still in the utterance
+           it started at 1 s, and the new words get a window of their own */
+        push(d, 2.0f, 1, &seed);
+        push(d, 3.0f, 0, &seed);
+        ps = sotto_dictation_take_pass(d);
+        /* (with the flushed window's audio and text as its lead) */
+        CHECK_MSG(ps && ps->final && ps->start + ps->n > (uint64_t)(6.0 * SR),
+                  "pass after the flush: %llu + %zu", ps ? (unsigned long long)ps->start : 0ULL,
+                  ps ? ps->n : (size_t)0);
+        CHECK(ps && sotto_dictation_complete_pass(d, ps->id, ag, 1) == SOTTO_OK);
+        CHECK_EQ_INT(count(&ev, "final"), 2);
+        const sotto_event *f2 = last(&ev, "final");
+        CHECK(f2 && f2->utterance == 2 && !strcmp(str(f2, "text"), " again") &&
+              f2->start == (uint64_t)(4.0 * SR));
+        CHECK_EQ_INT(count(&ev, "speech_start"), 1);
+        CHECK(last(&ev, "speech_end") && last(&ev, "speech_end")->utterance == 2);
+        /* a flush in the pause after speech: the window opened by it holds
+           nothing when the VAD ends the speech, and its number goes back */
+        push(d, 1.5f, 1, &seed);
+        push(d, 0.5f, 0, &seed);
+        sotto_dictation_flush(d, 0);
+        ps = sotto_dictation_take_pass(d);
+        CHECK(ps && ps->final && sotto_dictation_complete_pass(d, ps->id, hw, 2) == SOTTO_OK);
+        push(d, 3.0f, 0, &seed);
+        CHECK(!sotto_dictation_take_pass(d));
+        CHECK_EQ_INT(count(&ev, "final"), 3);
+        CHECK_EQ_INT(sotto_dictation_next_utterance(d), 4);
+        sotto_dictation_flush(d, 1);
+        CHECK(sotto_dictation_done(d));
+        sotto_dictation_free(d);
+        events_clear(&ev);
+    }
+
     /* ---- guardrails: a rejected partial commits nothing and is withdrawn -- */
     {
         events ev = {0};
