@@ -56,8 +56,9 @@ typedef struct sotto_dictation_params {
        utterance's audio before it (when it lasted at most lead_max_s and its
        final passed the guardrails) and the previous final's tokens forced as
        a hidden prefix, so that a sentence the VAD split at a pause is still
-       transcribed with what came before it. Nothing of the earlier utterance
-       is emitted again. 0 turns it off (default 20 s, gap 5 s). */
+       transcribed with what came before it. The pause between them is left
+       out of that audio but for 0.2 s (sotto_pass.gap). Nothing of the
+       earlier utterance is emitted again. 0 turns it off (default 20 s, gap 5 s). */
     float lead_max_s;
     float lead_gap_s;
     /* Speculative final passes: once the VAD has heard this many ms of
@@ -94,6 +95,10 @@ typedef struct sotto_pass {
     uint64_t start;     /* absolute 16 kHz sample of samples[0] */
     const float *samples;
     size_t n;
+    size_t gap_at;      /* with a lead, samples[gap_at..n) are those from absolute sample
+                           start + gap_at + gap: the pause between the lead and the
+                           window is left out but for 0.2 s (gap 0: none left out) */
+    uint64_t gap;
     const int32_t *prefix; /* forced: the window's committed tokens (after <|0.00|>
                               when timestamps is set), preceded by the previous
                               utterance's final tokens when its audio leads the

@@ -34,6 +34,7 @@ typedef struct window {
 #define CUT_HOP_MS 10
 #define LEAD_MAX_TOKENS 128 /* a longer previous final is not used as a lead */
 #define LEAD_MAX_PREFIX 192 /* lead + committed tokens forced at most (the rest of 448 generates) */
+#define LEAD_PAUSE_S 0.2    /* of the pause between a lead and its window, kept (plus tail and pre-roll) */
 #define SPEC_MAX_TOKENS 512 /* a held speculative hypothesis (a pass generates at most 448) */
 
 struct sotto_dictation {
@@ -245,6 +246,11 @@ static int ends_cut(const sotto_dictation *d) {
 static const window *front(const sotto_dictation *d) {
     if (d->n_closed) return &d->closed[0];
     return d->open.id ? &d->open : NULL;
+}
+
+/* The absolute sample of offset `off` into the pass's audio (past its gap). */
+static uint64_t pass_abs(const sotto_dictation *d, size_t off) {
+    return d->pass.start + off + (d->pass.gap && off >= d->pass.gap_at ? d->pass.gap : 0);
 }
 
 static void close_open(sotto_dictation *d, uint64_t end) {
@@ -559,10 +565,25 @@ const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
             w->no_lead = 1; /* the window outgrew it: its passes stay comparable */
         }
     }
-    size_t n = (size_t)(end - start);
+    /* a lead's audio comes with the window's, without the pause between them
+       but LEAD_PAUSE_S of it (the VAD's tail and pre-roll add some 0.6 s):
+       what was heard in the pause (talkers in the background, noise) is not
+       decoded, as faster-whisper's VAD filter leaves it out */
+    size_t gap_at = 0;
+    uint64_t gap = 0;
+    if (lead && w->start > d->lead_end + (uint64_t)(LEAD_PAUSE_S * SR)) {
+        gap_at = (size_t)(d->lead_end + (uint64_t)(LEAD_PAUSE_S * SR) - start);
+        gap = w->start - (start + gap_at);
+    }
+    size_t n = (size_t)(end - start - gap);
     size_t max = (size_t)((d->p.max_window_s + 1) * SR);
     if (n > max) n = max; /* cannot happen: windows are cut at max_window_s */
-    memcpy(d->pass_buf, d->buf + (start - d->buf_start), sizeof(float) * n);
+    if (gap) {
+        memcpy(d->pass_buf, d->buf + (start - d->buf_start), sizeof(float) * gap_at);
+        memcpy(d->pass_buf + gap_at, d->buf + (w->start - d->buf_start), sizeof(float) * (n - gap_at));
+    } else {
+        memcpy(d->pass_buf, d->buf + (start - d->buf_start), sizeof(float) * n);
+    }
     /* prefix: the committed tokens; a final pass with timestamps puts <|0.00|>
        before them, and a continuation (from > start) forces nothing and sees
        the committed text as context instead */
@@ -585,6 +606,8 @@ const sotto_pass *sotto_dictation_take_pass(sotto_dictation *d) {
     d->pass.start = start;
     d->pass.samples = d->pass_buf;
     d->pass.n = n;
+    d->pass.gap_at = gap_at;
+    d->pass.gap = gap;
     d->pass.prefix = d->pass_prefix;
     d->pass.n_prefix = n_prefix;
     d->pass.lead_only = lead && d->n_committed == 0;
@@ -668,7 +691,7 @@ static int within_audio(const sotto_dictation *d, const int32_t *t, int n) {
  * in a single timestamp. */
 static uint64_t transcribed_until(const sotto_dictation *d, const int32_t *t, int n, int *keep,
                                   int *single) {
-    const uint64_t all = d->pass.start + d->pass.n;
+    const uint64_t all = pass_abs(d, d->pass.n);
     int single_end = n >= 1 && t[n - 1] >= d->ts_begin && (n == 1 || t[n - 2] < d->ts_begin);
     int last_pair = -1;
     for (int i = 1; i < n; i++)
@@ -676,12 +699,12 @@ static uint64_t transcribed_until(const sotto_dictation *d, const int32_t *t, in
     *keep = n;
     *single = single_end;
     if (single_end) {
-        uint64_t at = d->pass.start + (uint64_t)(t[n - 1] - d->ts_begin) * (SR / 50);
+        uint64_t at = pass_abs(d, (size_t)(t[n - 1] - d->ts_begin) * (SR / 50));
         return at + (uint64_t)(SINGLE_END_REST_S * SR) < all ? at : all;
     }
     if (last_pair < 0) return all;
     *keep = last_pair; /* the text after it belongs to an unfinished segment */
-    uint64_t at = d->pass.start + (uint64_t)(t[last_pair - 1] - d->ts_begin) * (SR / 50);
+    uint64_t at = pass_abs(d, (size_t)(t[last_pair - 1] - d->ts_begin) * (SR / 50));
     return at < all ? at : all;
 }
 
@@ -877,7 +900,7 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
     if (d->pass.final) {
         const window *w = &d->closed[0];
         stop = d->pass.timestamps ? transcribed_until(d, tokens, n, &keep, &single)
-                                  : d->pass.start + d->pass.n;
+                                  : pass_abs(d, d->pass.n);
         /* the decoder stopped before the window's end: another final pass
            decodes the rest (from the end of the last complete segment) */
         cont = stop > d->pass.start && stop + (uint64_t)(MIN_REST_S * SR) < w->end &&
@@ -957,8 +980,8 @@ int sotto_dictation_complete_pass_flags(sotto_dictation *d, uint64_t pass_id,
     sotto_agreement_update(&d->agr, clean, m, &k);
     commit(d, clean, k, 0);
     /* agreed tokens were also in the previous pass's hypothesis */
-    if (k > 0) d->commit_bound = d->agr.n > 1 ? d->prev_pass_end : d->pass.start + d->pass.n;
-    d->last_pass_end = d->prev_pass_end = d->pass.start + d->pass.n;
+    if (k > 0) d->commit_bound = d->agr.n > 1 ? d->prev_pass_end : pass_abs(d, d->pass.n);
+    d->last_pass_end = d->prev_pass_end = pass_abs(d, d->pass.n);
     return SOTTO_OK;
 }
 
@@ -970,7 +993,7 @@ void sotto_dictation_reject_pass(sotto_dictation *d, uint64_t pass_id) {
     }
     d->in_flight = 0;
     d->st.passes_rejected++;
-    d->last_pass_end = d->pass.start + d->pass.n;
+    d->last_pass_end = pass_abs(d, d->pass.n);
     if (d->p.partials && d->n_pass_tokens > 0) emit_partial(d, NULL, 0); /* withdraw what it showed */
 }
 

@@ -790,8 +790,32 @@ int main(void) {
         else
             CHECK(ps->n_prefix == 2 && ps->prefix[0] == TS_BEGIN && ps->prefix[1] == AGAIN);
         CHECK_EQ_INT(ps->lead_only, 0); /* " again" is committed: it may end at once */
-        int32_t th[] = {THERE};
-        CHECK(sotto_dictation_complete_pass(d, ps->id, th, 1) == SOTTO_OK);
+        const sotto_event *s2 = last(&ev, "speech_start");
+        if (!off) {
+            /* the pause between the two is left out but for 0.2 s */
+            CHECK_MSG(s2 && ps->gap > 0 && ps->gap_at == f1->end + (uint64_t)(0.2 * SR) - start1 &&
+                          ps->start + ps->gap_at + ps->gap == s2->start,
+                      "gap %llu at %zu; lead %llu..%llu, window from %llu", (unsigned long long)ps->gap,
+                      ps->gap_at, (unsigned long long)start1, (unsigned long long)f1->end,
+                      s2 ? (unsigned long long)s2->start : 0ULL);
+            const sotto_event *e2 = last(&ev, "speech_end");
+            CHECK(e2 && e2->utterance == 2 && ps->start + ps->gap + ps->n == e2->end);
+            /* a timestamp 0.4 s into the window's own audio maps past the gap:
+               the rest is decoded from there */
+            const int32_t ts = TS_BEGIN + (int32_t)((ps->gap_at + (size_t)(0.4 * SR) + 319) / 320);
+            const uint64_t at = ps->start + (uint64_t)(ts - TS_BEGIN) * 320 + ps->gap;
+            int32_t tw[] = {THERE, ts, ts, WORLD};
+            CHECK(sotto_dictation_complete_pass(d, ps->id, tw, 4) == SOTTO_OK);
+            ps = sotto_dictation_take_pass(d);
+            CHECK_MSG(ps && ps->final && ps->start == at && ps->gap == 0 && ps->n_prefix == 0,
+                      "continuation from %llu, expected %llu", ps ? (unsigned long long)ps->start : 0ULL,
+                      (unsigned long long)at);
+            CHECK(ps && sotto_dictation_complete_pass(d, ps->id, NULL, 0) == SOTTO_OK);
+        } else {
+            CHECK_EQ_INT(ps->gap, 0);
+            int32_t th[] = {THERE};
+            CHECK(sotto_dictation_complete_pass(d, ps->id, th, 1) == SOTTO_OK);
+        }
         CHECK_MSG(!strcmp(str(last(&ev, "final"), "text"), " again there"), "final '%s'",
                   str(last(&ev, "final"), "text"));
         sotto_dictation_stats st;
