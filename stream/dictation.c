@@ -271,7 +271,7 @@ static void close_open(sotto_dictation *d, uint64_t end) {
 
 /* A window that goes on from `at` inside the VAD's utterance, where a full
  * window was cut or a flush closed one (no speech_start: the VAD's
- * SPEECH_END closes it). */
+ * SPEECH_END closes it); open_window starts from it. */
 static void open_after(sotto_dictation *d, uint64_t at) {
     d->open.id = d->next_id++;
     d->open.start = at;
@@ -288,16 +288,9 @@ static void open_window(sotto_dictation *d, uint64_t start) {
     uint64_t floor = d->n_closed ? d->closed[d->n_closed - 1].end : d->buf_start;
     if (start < floor) start = floor;
     if (start < d->buf_start) start = d->buf_start;
-    d->open.id = d->next_id++;
-    d->open.start = start;
-    d->open.from = start;
-    d->open.continuations = 0;
-    d->open.rest_after_end = 0;
-    d->open.after_cut = 0;
-    d->open.shown = 0;
-    d->open.end = 0;
+    open_after(d, start);
+    d->open.after_cut = 0; /* the VAD's own start */
     d->st.utterances++;
-    if (!d->n_closed) d->last_pass_end = d->prev_pass_end = d->commit_bound = start;
     if (d->n_restore_committed && d->open.id == d->restore_utterance && !d->n_closed) {
         /* a restored session goes on with what its utterance had committed */
         memcpy(d->committed, d->restore_committed, sizeof(int32_t) * (size_t)d->n_restore_committed);
